@@ -1,0 +1,23 @@
+"""``accelnet`` command: the root typer app and its sub-commands."""
+
+from __future__ import annotations
+
+import typer
+
+from accelnet.cli.demo import demo
+from accelnet.cli.fabric_cmd import fabric_app
+
+app = typer.Typer(
+    name="accelnet",
+    help="Run work on a network of heterogeneous accelerators.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(fabric_app, name="fabric")
+app.command("demo")(demo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

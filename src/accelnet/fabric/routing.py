@@ -1,0 +1,405 @@
+"""Routes between devices: links, bottleneck bandwidth, latency, loss and locality level.
+
+Routing is hierarchical, so that a 16,384-host fabric needs no all-pairs table:
+
+- **inside a host**: the widest path (largest bottleneck bandwidth, then least latency, then
+  fewest hops) over the host's layout, never passing *through* a device. It is computed once
+  per (layout, source) and shared by every host built from that layout.
+- **between hosts**: each device leaves its host through its nearest exit (the NIC, or the
+  device itself when it has its own external link, as in multi-node NVLink), crosses the
+  network by the least-latency path between network switches (cached per source switch),
+  and enters the other host through that device's nearest exit.
+
+The locality level follows NCCL's path types: accelerator links only is NVLINK; PCIe switches
+only is PCIE_SWITCH (PIX for one switch, PXB for several); through a CPU root complex is
+PCIE_HOST (PHB); across sockets is NUMA (SYS); any network hop is NETWORK_LEAF (one network
+switch) or NETWORK_SPINE (more); any radio link is WIRELESS.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from accelnet.fabric.model import Host, HostLayout, Level, Link, LinkMedium, LocalLink, SwitchKind
+
+if TYPE_CHECKING:
+    from accelnet.fabric.fabric import Fabric
+
+
+class NoRouteError(LookupError):
+    """Two devices that no chain of links joins."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The way from ``src`` to ``dst``: nodes and links in order, and their figures.
+
+    ``bandwidth_gbps`` is the bottleneck per direction (for SELF, the device's memory
+    bandwidth); ``latency_us`` the sum over links; ``loss_rate`` the chance a packet is lost
+    somewhere on the way. ``label`` is what ``nvidia-smi topo -m`` would print.
+    """
+
+    src: str
+    dst: str
+    nodes: tuple[str, ...]
+    links: tuple[Link, ...]
+    level: Level
+    label: str
+    bandwidth_gbps: float
+    latency_us: float
+    loss_rate: float
+
+    @property
+    def hops(self) -> int:
+        """Number of links."""
+        return len(self.links)
+
+    @property
+    def bidirectional_gbps(self) -> float:
+        """Both directions together (NVIDIA's "900 GB/s" for NVLink 4)."""
+        return 2.0 * self.bandwidth_gbps
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable JSON form (schema ``accelnet.route/v1``, see docs/json.md)."""
+        return {
+            "schema": "accelnet.route/v1",
+            "src": self.src,
+            "dst": self.dst,
+            "level": self.level.name,
+            "label": self.label,
+            "bandwidth_gbps": self.bandwidth_gbps,
+            "bidirectional_gbps": self.bidirectional_gbps,
+            "latency_us": round(self.latency_us, 6),
+            "loss_rate": round(self.loss_rate, 9),
+            "hops": [
+                {
+                    "from": a,
+                    "to": b,
+                    "medium": link.medium.value,
+                    "generation": link.type.generation,
+                    "count": link.type.count,
+                    "bandwidth_gbps": link.bandwidth_gbps,
+                    "latency_us": link.latency_us,
+                }
+                for a, b, link in zip(self.nodes, self.nodes[1:], self.links, strict=True)
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Path:
+    nodes: tuple[str, ...]
+    links: tuple[LocalLink, ...]
+    bandwidth: float
+    latency: float
+
+    def better_than(self, other: _Path | None) -> bool:
+        if other is None:
+            return True
+        return (-self.bandwidth, self.latency, len(self.links)) < (
+            -other.bandwidth,
+            other.latency,
+            len(other.links),
+        )
+
+
+class _LayoutRoutes:
+    """Widest paths inside one host layout, computed per source on first use."""
+
+    def __init__(self, layout: HostLayout) -> None:
+        self._devices = frozenset(d.name for d in layout.devices)
+        adj: dict[str, list[tuple[str, LocalLink]]] = {n: [] for n in layout.node_names}
+        for link in layout.links:
+            adj[link.a].append((link.b, link))
+            adj[link.b].append((link.a, link))
+        self._adj = adj
+        self._thresholds = sorted({lk.type.bandwidth_gbps for lk in layout.links}, reverse=True)
+        self._from: dict[str, dict[str, _Path]] = {}
+
+    def path(self, src: str, dst: str) -> _Path | None:
+        table = self._from.get(src)
+        if table is None:
+            table = self._from[src] = self._solve(src)
+        return table.get(dst)
+
+    def _solve(self, src: str) -> dict[str, _Path]:
+        # The widest bottleneck is the largest threshold t at which dst is reachable over
+        # links of bandwidth >= t; the least-latency path at that threshold breaks ties.
+        # (A single lexicographic Dijkstra is not exact: min() is not isotone in latency.)
+        found: dict[str, _Path] = {src: _Path((src,), (), math.inf, 0.0)}
+        for t in self._thresholds:
+            for node, path in self._dijkstra(src, t).items():
+                if node not in found:
+                    found[node] = path
+            if len(found) == len(self._adj):
+                break
+        return found
+
+    def _dijkstra(self, src: str, threshold: float) -> dict[str, _Path]:
+        best: dict[str, tuple[float, int]] = {src: (0.0, 0)}
+        prev: dict[str, tuple[str, LocalLink]] = {}
+        heap: list[tuple[float, int, int, str]] = [(0.0, 0, 0, src)]
+        seq = 1
+        done: set[str] = set()
+        while heap:
+            lat, hops, _, node = heapq.heappop(heap)
+            if node in done:
+                continue
+            done.add(node)
+            if node != src and node in self._devices:
+                continue  # devices are end points, never transit
+            for nxt, link in self._adj[node]:
+                if link.type.bandwidth_gbps < threshold or nxt in done:
+                    continue
+                cand = (lat + link.type.latency_us, hops + 1)
+                if nxt not in best or cand < best[nxt]:
+                    best[nxt] = cand
+                    prev[nxt] = (node, link)
+                    heapq.heappush(heap, (cand[0], cand[1], seq, nxt))
+                    seq += 1
+        out: dict[str, _Path] = {}
+        for node in done:
+            if node == src:
+                continue
+            nodes, links = [node], []
+            cur = node
+            while cur != src:
+                p, lk = prev[cur]
+                links.append(lk)
+                nodes.append(p)
+                cur = p
+            nodes.reverse()
+            links.reverse()
+            bw = min(lk.type.bandwidth_gbps for lk in links)
+            out[node] = _Path(tuple(nodes), tuple(links), bw, best[node][0])
+        return out
+
+
+class Router:
+    """Answers :meth:`route` for one fabric; caches as it goes (not thread-safe)."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self._fabric = fabric
+        self._layouts: dict[int, _LayoutRoutes] = {}
+        self._exits: dict[str, tuple[str, ...]] = {}
+        self._nearest: dict[tuple[int, tuple[str, ...], str], tuple[tuple[str, _Path], ...]] = {}
+        self._switch_trees: dict[str, dict[str, tuple[str, Link] | None]] = {}
+        self._switch_dist: dict[str, dict[str, tuple[float, int]]] = {}
+
+    # ----- public -------------------------------------------------------------------
+    def route(self, a: str, b: str) -> Route:
+        """Route between devices ``a`` and ``b`` (global ids); raises :class:`NoRouteError`."""
+        fabric = self._fabric
+        da, db = fabric.devices[a], fabric.devices[b]
+        if a == b:
+            return Route(a, b, (a,), (), Level.SELF, "X", da.model.mem_bw_gbps, 0.0, 0.0)
+        ha, hb = fabric.host(da.host), fabric.host(db.host)
+        candidates: list[tuple[tuple[str, ...], tuple[Link, ...]]] = []
+        if ha is hb:
+            p = self._layout(ha).path(da.name, db.name)
+            if p is not None:
+                candidates.append(self._globalize(ha, p))
+        if ha is not hb or (self._is_exit(ha, da.name) and self._is_exit(hb, db.name)):
+            ext = self._external_route(ha, da.name, hb, db.name)
+            if ext is not None:
+                candidates.append(ext)
+        if not candidates:
+            raise NoRouteError(f"no route between {a} and {b} in fabric {fabric.name!r}")
+        nodes, links = min(candidates, key=lambda c: _rank(c[1]))
+        return self._make(a, b, nodes, links)
+
+    def host_route(self, host: str, a: str, b: str) -> Route:
+        """Route inside ``host`` between any two local nodes (devices, NICs, switches)."""
+        h = self._fabric.host(host)
+        for end in (a, b):
+            if not h.layout.has_node(end):
+                raise KeyError(f"host {host!r} has no node {end!r}")
+        if a == b:
+            dev = self._fabric.devices.get(h.node_id(a))
+            bw = dev.model.mem_bw_gbps if dev is not None else 0.0
+            return Route(
+                h.node_id(a), h.node_id(a), (h.node_id(a),), (), Level.SELF, "X", bw, 0.0, 0.0
+            )
+        p = self._layout(h).path(a, b)
+        if p is None:
+            raise NoRouteError(f"no route between {a} and {b} inside host {host!r}")
+        nodes, links = self._globalize(h, p)
+        return self._make(nodes[0], nodes[-1], nodes, links)
+
+    # ----- inside hosts -------------------------------------------------------------
+    def _layout(self, host: Host) -> _LayoutRoutes:
+        lr = self._layouts.get(host.layout_key)
+        if lr is None:
+            lr = self._layouts[host.layout_key] = _LayoutRoutes(host.layout)
+        return lr
+
+    @staticmethod
+    def _globalize(host: Host, p: _Path) -> tuple[tuple[str, ...], tuple[Link, ...]]:
+        prefix = host.name + "/"
+        nodes = tuple(prefix + n for n in p.nodes)
+        links = tuple(Link(prefix + x.a, prefix + x.b, x.type) for x in p.links)
+        return nodes, links
+
+    def _host_exits(self, host: Host) -> tuple[str, ...]:
+        ex = self._exits.get(host.name)
+        if ex is None:
+            adj = self._fabric.external_adjacency
+            ex = tuple(n for n in host.layout.node_names if adj(host.node_id(n)))
+            self._exits[host.name] = ex
+        return ex
+
+    def _is_exit(self, host: Host, local: str) -> bool:
+        return local in self._host_exits(host)
+
+    def _nearest_exits(self, host: Host, local: str) -> tuple[tuple[str, _Path], ...]:
+        exits = self._host_exits(host)
+        key = (host.layout_key, exits, local)
+        found = self._nearest.get(key)
+        if found is None:
+            lr = self._layout(host)
+            paths = [(e, lr.path(local, e)) for e in exits]
+            reachable = [(e, p) for e, p in paths if p is not None]
+            reachable.sort(key=lambda ep: (-ep[1].bandwidth, ep[1].latency, len(ep[1].links)))
+            found = self._nearest[key] = tuple(reachable)
+        return found
+
+    # ----- across the network -------------------------------------------------------
+    def _external_route(
+        self, ha: Host, a: str, hb: Host, b: str
+    ) -> tuple[tuple[str, ...], tuple[Link, ...]] | None:
+        for ea, pa in self._nearest_exits(ha, a):
+            for eb, pb in self._nearest_exits(hb, b):
+                mid = self._network_path(ha.node_id(ea), hb.node_id(eb))
+                if mid is None:
+                    continue
+                na, la = self._globalize(ha, pa)
+                nb, lb = self._globalize(hb, _reverse(pb))
+                return na + mid[0][1:-1] + nb, la + mid[1] + lb
+        return None
+
+    def _network_path(self, ea: str, eb: str) -> tuple[tuple[str, ...], tuple[Link, ...]] | None:
+        fabric = self._fabric
+        switches = fabric.switches
+        best: tuple[tuple[float, int], tuple[str, ...], tuple[Link, ...]] | None = None
+        for la in fabric.external_adjacency(ea):
+            sa = la.other(ea)
+            if sa == eb:
+                cand = ((la.latency_us, 1), (ea, eb), (la,))
+                best = cand if best is None or cand[0] < best[0] else best
+                continue
+            if sa not in switches:
+                continue  # never transit through another host
+            dist = self._switch_distances(sa)
+            for lb in fabric.external_adjacency(eb):
+                sb = lb.other(eb)
+                if sb not in dist:
+                    continue
+                d, h = dist[sb]
+                cost = (la.latency_us + d + lb.latency_us, h + 2)
+                if best is None or cost < best[0]:
+                    snodes, slinks = self._switch_path(sa, sb)
+                    best = (cost, (ea, *snodes, eb), (la, *slinks, lb))
+        return None if best is None else (best[1], best[2])
+
+    def _switch_distances(self, source: str) -> dict[str, tuple[float, int]]:
+        dist = self._switch_dist.get(source)
+        if dist is None:
+            dist, tree = _switch_dijkstra(self._fabric, source)
+            self._switch_dist[source] = dist
+            self._switch_trees[source] = tree
+        return dist
+
+    def _switch_path(self, sa: str, sb: str) -> tuple[tuple[str, ...], tuple[Link, ...]]:
+        tree = self._switch_trees[sa]
+        nodes, links = [sb], []
+        cur = sb
+        while (step := tree[cur]) is not None:
+            cur, link = step
+            nodes.append(cur)
+            links.append(link)
+        return tuple(reversed(nodes)), tuple(reversed(links))
+
+    # ----- assembling -----------------------------------------------------------------
+    def _make(self, a: str, b: str, nodes: tuple[str, ...], links: tuple[Link, ...]) -> Route:
+        kinds = [self._fabric.node_kind(n) for n in nodes[1:-1]]
+        level, label = classify(links, kinds)
+        survive = 1.0
+        for link in links:
+            survive *= 1.0 - link.type.loss_rate
+        return Route(
+            src=a,
+            dst=b,
+            nodes=nodes,
+            links=links,
+            level=level,
+            label=label,
+            bandwidth_gbps=min(link.bandwidth_gbps for link in links),
+            latency_us=sum(link.latency_us for link in links),
+            loss_rate=1.0 - survive,
+        )
+
+
+def _rank(links: Sequence[Link]) -> tuple[float, float, int]:
+    return (
+        -min(lk.bandwidth_gbps for lk in links),
+        sum(lk.latency_us for lk in links),
+        len(links),
+    )
+
+
+def _reverse(p: _Path) -> _Path:
+    return _Path(tuple(reversed(p.nodes)), tuple(reversed(p.links)), p.bandwidth, p.latency)
+
+
+def _switch_dijkstra(
+    fabric: Fabric, source: str
+) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[str, Link] | None]]:
+    """Least-latency (then fewest-hop) paths from ``source`` over network switches only."""
+    switches = fabric.switches
+    dist: dict[str, tuple[float, int]] = {source: (0.0, 0)}
+    tree: dict[str, tuple[str, Link] | None] = {source: None}
+    heap: list[tuple[float, int, str]] = [(0.0, 0, source)]
+    done: set[str] = set()
+    while heap:
+        lat, hops, node = heapq.heappop(heap)
+        if node in done:
+            continue
+        done.add(node)
+        for link in fabric.external_adjacency(node):
+            nxt = link.other(node)
+            if nxt not in switches or nxt in done:
+                continue
+            cand = (lat + link.latency_us, hops + 1)
+            if nxt not in dist or cand < dist[nxt]:
+                dist[nxt] = cand
+                tree[nxt] = (node, link)
+                heapq.heappush(heap, (cand[0], cand[1], nxt))
+    return dist, tree
+
+
+_NVLINK_LABEL_MEDIA = frozenset({LinkMedium.NVLINK, LinkMedium.NVSWITCH})
+
+
+def classify(links: Iterable[Link], transit: Sequence[SwitchKind | None]) -> tuple[Level, str]:
+    """Locality level and ``nvidia-smi topo``-style label of a non-empty route."""
+    links = tuple(links)
+    media = {lk.medium for lk in links}
+    if any(m.is_wireless for m in media):
+        return Level.WIRELESS, "WIFI"
+    net_switches = sum(1 for k in transit if k is not None and k.is_network)
+    if net_switches or any(m.is_network for m in media):
+        return (Level.NETWORK_SPINE if net_switches > 1 else Level.NETWORK_LEAF), "NET"
+    if all(m.is_accelerator_link for m in media):
+        count = min(lk.type.count for lk in links)
+        prefix = "NV" if media <= _NVLINK_LABEL_MEDIA else "XL"
+        return Level.NVLINK, f"{prefix}{count}"
+    if LinkMedium.SMP in media:
+        return Level.NUMA, "SYS"
+    if SwitchKind.CPU_ROOT in transit:
+        return Level.PCIE_HOST, "PHB"
+    pcie_switches = sum(1 for k in transit if k is SwitchKind.PCIE_SWITCH)
+    return Level.PCIE_SWITCH, "PXB" if pcie_switches > 1 else "PIX"
