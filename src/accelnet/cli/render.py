@@ -21,6 +21,10 @@ LEGEND = (
 _STYLE = {"X": "dim", "PIX": "green", "PXB": "green", "PHB": "yellow", "SYS": "red"}
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
 def _models(fabric: Fabric, ids: tuple[str, ...] | None = None) -> str:
     counts = (
         fabric.model_counts() if ids is None else Counter(fabric.devices[d].model.name for d in ids)
@@ -46,7 +50,8 @@ def fabric_tree(fabric: Fabric, max_hosts: int) -> Tree:
     tree = Tree(
         Text.assemble(
             (fabric.name, "bold"),
-            f"  {len(fabric.hosts)} hosts, {len(fabric.devices)} devices: {_models(fabric)}",
+            f"  {_n(len(fabric.hosts), 'host')}, {_n(len(fabric.devices), 'device')}: "
+            f"{_models(fabric)}",
         )
     )
     hosts = fabric.hosts if max_hosts <= 0 else fabric.hosts[:max_hosts]
@@ -136,7 +141,7 @@ def route_detail(route: Route) -> Group:
     hops = Table(box=None, show_header=True)
     for col in ("from", "to", "medium", "gen", "links", "GB/s", "us"):
         hops.add_column(col)
-    for a, b, lk in zip(route.nodes, route.nodes[1:], route.links, strict=True):
+    for a, b, lk in zip(route.nodes[:-1], route.nodes[1:], route.links, strict=True):
         hops.add_row(
             a,
             b,

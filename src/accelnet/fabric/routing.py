@@ -63,6 +63,20 @@ class Route:
         """Both directions together (NVIDIA's "900 GB/s" for NVLink 4)."""
         return 2.0 * self.bandwidth_gbps
 
+    def reversed(self) -> Route:
+        """The same route walked from ``dst`` to ``src``."""
+        return Route(
+            self.dst,
+            self.src,
+            self.nodes[::-1],
+            self.links[::-1],
+            self.level,
+            self.label,
+            self.bandwidth_gbps,
+            self.latency_us,
+            self.loss_rate,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """Stable JSON form (schema ``accelnet.route/v1``, see docs/json.md)."""
         return {
@@ -85,7 +99,7 @@ class Route:
                     "bandwidth_gbps": link.bandwidth_gbps,
                     "latency_us": link.latency_us,
                 }
-                for a, b, link in zip(self.nodes, self.nodes[1:], self.links, strict=True)
+                for a, b, link in zip(self.nodes[:-1], self.nodes[1:], self.links, strict=True)
             ],
         }
 
@@ -192,7 +206,12 @@ class Router:
 
     # ----- public -------------------------------------------------------------------
     def route(self, a: str, b: str) -> Route:
-        """Route between devices ``a`` and ``b`` (global ids); raises :class:`NoRouteError`."""
+        """Route between devices ``a`` and ``b`` (global ids); raises :class:`NoRouteError`.
+
+        Symmetric by construction: ``route(b, a)`` is ``route(a, b)`` reversed.
+        """
+        if a > b:
+            return self.route(b, a).reversed()
         fabric = self._fabric
         da, db = fabric.devices[a], fabric.devices[b]
         if a == b:
@@ -271,15 +290,33 @@ class Router:
     def _external_route(
         self, ha: Host, a: str, hb: Host, b: str
     ) -> tuple[tuple[str, ...], tuple[Link, ...]] | None:
+        """Best route leaving ``ha`` and entering ``hb``, over every pair of exits.
+
+        Exits are sorted widest-then-nearest, so branch and bound stops early: a pair whose
+        inside-host parts alone are narrower (or as wide and slower) than the best route
+        found cannot win. In the usual case only the nearest pair is fully evaluated.
+        """
+        best: tuple[tuple[float, float, int], tuple[str, ...], tuple[Link, ...]] | None = None
         for ea, pa in self._nearest_exits(ha, a):
+            if best is not None and pa.bandwidth < -best[0][0]:
+                break
             for eb, pb in self._nearest_exits(hb, b):
+                bound_bw = min(pa.bandwidth, pb.bandwidth)
+                if best is not None:
+                    if bound_bw < -best[0][0]:
+                        break  # later exits of hb are no wider
+                    if bound_bw == -best[0][0] and pa.latency + pb.latency > best[0][1]:
+                        continue
                 mid = self._network_path(ha.node_id(ea), hb.node_id(eb))
                 if mid is None:
                     continue
                 na, la = self._globalize(ha, pa)
                 nb, lb = self._globalize(hb, _reverse(pb))
-                return na + mid[0][1:-1] + nb, la + mid[1] + lb
-        return None
+                links = la + mid[1] + lb
+                key = _rank(links)
+                if best is None or key < best[0]:
+                    best = (key, na + mid[0][1:-1] + nb, links)
+        return None if best is None else (best[1], best[2])
 
     def _network_path(self, ea: str, eb: str) -> tuple[tuple[str, ...], tuple[Link, ...]] | None:
         fabric = self._fabric
