@@ -235,3 +235,13 @@ def test_schema_is_generated_from_the_models() -> None:
     host = schema["$defs"]["HostSpec"]
     assert host["additionalProperties"] is False
     assert "description" in host["properties"]["sockets"]
+
+
+def test_docs_example_is_valid() -> None:
+    import yaml
+
+    doc = (Path(__file__).parents[2] / "docs" / "fabric-spec.md").read_text()
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    fabric = build_fabric(parse_spec(yaml.safe_load(block), "docs/fabric-spec.md"))
+    assert fabric.route("box/gpu0", "box/gpu1").label == "NV4"
+    assert fabric.device("box/npu0").model.name == "MyNPU"
