@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import os
 import platform
+import re
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -68,7 +69,11 @@ _NVML_NAMES: tuple[tuple[str, str], ...] = (
     ("Orin", "Jetson-AGX-Orin"),
 )
 
-_NVLINK_BY_VERSION = {2: "NVLink2", 3: "NVLink3", 4: "NVLink4", 5: "NVLink5"}
+# nvmlDeviceGetNvLinkVersion answers an nvmlNvlinkVersion_t, not the major version:
+# 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0 (an A100 answers 5, an H100 6).
+_NVLINK_BY_VERSION = {
+    2: "NVLink2", 3: "NVLink2", 4: "NVLink3", 5: "NVLink3", 6: "NVLink4", 7: "NVLink5",
+}  # fmt: skip
 _PCIE_BY_GEN = {3: "PCIe3x16", 4: "PCIe4x16", 5: "PCIe5x16", 6: "PCIe6x16"}
 
 
@@ -132,6 +137,8 @@ def probe_nvml(nvml: Any | None = None) -> NvmlReport:
         return NvmlReport((), {}, note=f"no NVIDIA driver ({type(exc).__name__}): CPU only")
     try:
         return _probe(nvml)
+    except Exception as exc:  # a GPU lost or hidden half-way: report it, never crash
+        return NvmlReport((), {}, note=f"NVML failed ({type(exc).__name__}: {exc}): CPU only")
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
@@ -142,7 +149,7 @@ def _probe(nvml: Any) -> NvmlReport:
     count = int(_call(nvml.nvmlDeviceGetCount, default=0))
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     buses = [_text(nvml.nvmlDeviceGetPciInfo(h).busId).lower() for h in handles]
-    by_bus = {_short_bus(b): i for i, b in enumerate(buses)}
+    by_bus = {_bus_key(b): i for i, b in enumerate(buses)}
     max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
     gpus = []
@@ -156,7 +163,7 @@ def _probe(nvml: Any) -> NvmlReport:
             version = version or _call(nvml.nvmlDeviceGetNvLinkVersion, h, link)
             kind = _call(nvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
             remote = _call(nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-            peer = by_bus.get(_short_bus(_text(remote.busId))) if remote is not None else None
+            peer = by_bus.get(_bus_key(_text(remote.busId))) if remote is not None else None
             if peer is not None and peer != i:
                 peers[peer] = peers.get(peer, 0) + 1
             elif kind == getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2) or kind is None:
@@ -188,9 +195,17 @@ def _probe(nvml: Any) -> NvmlReport:
     return NvmlReport(tuple(gpus), ancestors, driver)
 
 
-def _short_bus(bus: str) -> str:
-    """``00000000:1B:00.0`` and ``0000:1b:00.0`` -> ``1b:00.0`` (domain dropped)."""
-    return bus.lower().split(":", 1)[-1] if bus.count(":") == 2 else bus.lower()
+def _bus_key(bus: str) -> str:
+    """``00000000:1B:00.0`` and ``0000:1b:00.0`` -> ``0000:1b:00.0``.
+
+    The domain is kept (as 4 digits): VMs put each GPU in a domain of its own, all on bus 00
+    (Azure: ``0001:00:00.0``, ``0002:00:00.0``, ...).
+    """
+    domain, sep, rest = bus.lower().partition(":")
+    if sep and rest.count(":") == 1:
+        with contextlib.suppress(ValueError):
+            return f"{int(domain, 16):04x}:{rest}"
+    return bus.lower()
 
 
 def _sysfs_numa(bus: str, root: Path = Path("/sys/bus/pci/devices")) -> int | None:
@@ -206,7 +221,8 @@ def _sysfs_numa(bus: str, root: Path = Path("/sys/bus/pci/devices")) -> int | No
 def gpu_model(name: str, memory_gb: float, power_w: float | None) -> DeviceModel:
     """Catalog model for an NVML name; an ad-hoc model with measured figures otherwise."""
     for needle, model_name in _NVML_NAMES:
-        if needle.lower() in name.lower():
+        # not followed by a digit: an L40 is no L4, a T400 no T4, an RTX A1000 no A100
+        if re.search(re.escape(needle) + r"(?!\d)", name, re.IGNORECASE):
             return next(m for m in device_models() if m.name == model_name)
     return DeviceModel(
         name=name.removeprefix("NVIDIA ").replace(" ", "-"),
@@ -389,7 +405,7 @@ def _pcie_type(g: GpuInfo) -> LinkType:
 def _nvlinks(gpus: Sequence[GpuInfo]) -> list[LocalLink]:
     out = []
     for g in gpus:
-        base = link_type(_NVLINK_BY_VERSION.get(g.nvlink_version or 4, "NVLink4"))
+        base = link_type(_NVLINK_BY_VERSION.get(g.nvlink_version or 0, "NVLink4"))
         for peer, n in sorted(g.nvlink_peers.items()):
             if peer > g.index:
                 out.append(LocalLink(f"gpu{g.index}", f"gpu{peer}", bundle(base, n)))
