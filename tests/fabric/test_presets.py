@@ -167,6 +167,14 @@ def test_fat_tree_generator_shape_and_routes() -> None:
     assert len(fabric.domains.members(DomainLevel.LEAF)) == 8
     assert len(fabric.domains.members(DomainLevel.POD)) == 2
     assert len({h.layout_key for h in fabric.hosts}) == 1
+    # non-blocking: 16 hosts x 1 NIC under a leaf, 8 aggregation switches -> 2 links to each;
+    # 4 leaves x 2 links per aggregation switch over 16 cores -> 1 link to each core
+    counts = {
+        (lk.a[:4], lk.b[:4]): lk.type.count
+        for lk in fabric.external_links
+        if not lk.a.startswith("node")
+    }
+    assert counts == {("leaf", "p000"): 2, ("p000", "core"): 1}
 
 
 def test_two_tier_fat_tree_has_no_core() -> None:

@@ -266,7 +266,9 @@ def fat_tree_spec(params: str, ref: str = "fat-tree") -> dict[str, Any]:
     n_pods = math.ceil(n_leaves / p["leaves_per_pod"])
     aggs = p["aggs_per_pod"]
     nic = p["nic"]
+    # non-blocking: each tier's uplinks carry what its downlinks can bring
     uplink = max(1, math.ceil(per_leaf * p["nics_per_host"] / aggs))
+    core_uplink = max(1, math.ceil(p["leaves_per_pod"] * uplink / p["cores"]))
     model = device_model(p["model"])
     gpus = p["gpus_per_host"]
     switches: list[dict[str, Any]] = []
@@ -313,7 +315,8 @@ def fat_tree_spec(params: str, ref: str = "fat-tree") -> dict[str, Any]:
         for pod in range(n_pods):
             for a in range(aggs):
                 for c in range(p["cores"]):
-                    links.append({"a": f"p{pod:04d}-agg{a}", "b": f"core{c}", "type": nic})
+                    links.append({"a": f"p{pod:04d}-agg{a}", "b": f"core{c}", "type": nic,
+                                  "count": core_uplink})  # fmt: skip
     return {
         "name": f"fat-tree-{hosts}x{gpus}",
         "description": f"generated: {ref}",
