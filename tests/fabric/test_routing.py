@@ -172,3 +172,16 @@ def test_routes_are_cached_per_layout_not_per_host() -> None:
     for h in fabric.hosts:
         fabric.route(h.device_ids[0], h.device_ids[1])
     assert len(fabric.router._layouts) == 1
+
+
+def test_equal_cost_network_paths_are_spread_like_ecmp() -> None:
+    fabric = load_preset("fat-tree:hosts=128,hosts_per_leaf=16,leaves_per_pod=4")
+    src = [h.device_ids[0] for h in fabric.hosts[:16]]
+    dst = [h.device_ids[0] for h in fabric.hosts[-16:]]
+    cores = {n for a in src for b in dst for n in fabric.route(a, b).nodes if n.startswith("core")}
+    assert len(cores) > 8  # flows spread over the 16 core switches, not all through one
+    # and a given pair always takes the same path, in both directions
+    again = fabric.route(src[0], dst[0])
+    assert again.nodes == fabric.route(dst[0], src[0]).nodes[::-1]
+    fresh = load_preset("fat-tree:hosts=128,hosts_per_leaf=16,leaves_per_pod=4")
+    assert fresh.route(src[0], dst[0]).nodes == again.nodes

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -201,7 +202,7 @@ class Router:
         self._layouts: dict[int, _LayoutRoutes] = {}
         self._exits: dict[str, tuple[str, ...]] = {}
         self._nearest: dict[tuple[int, tuple[str, ...], str], tuple[tuple[str, _Path], ...]] = {}
-        self._switch_trees: dict[str, dict[str, tuple[str, Link] | None]] = {}
+        self._switch_trees: dict[str, dict[str, tuple[tuple[str, Link], ...]]] = {}
         self._switch_dist: dict[str, dict[str, tuple[float, int]]] = {}
 
     # ----- public -------------------------------------------------------------------
@@ -338,7 +339,7 @@ class Router:
                 d, h = dist[sb]
                 cost = (la.latency_us + d + lb.latency_us, h + 2)
                 if best is None or cost < best[0]:
-                    snodes, slinks = self._switch_path(sa, sb)
+                    snodes, slinks = self._switch_path(sa, sb, f"{ea}|{eb}")
                     best = (cost, (ea, *snodes, eb), (la, *slinks, lb))
         return None if best is None else (best[1], best[2])
 
@@ -350,12 +351,20 @@ class Router:
             self._switch_trees[source] = tree
         return dist
 
-    def _switch_path(self, sa: str, sb: str) -> tuple[tuple[str, ...], tuple[Link, ...]]:
+    def _switch_path(self, sa: str, sb: str, flow: str) -> tuple[tuple[str, ...], tuple[Link, ...]]:
+        """One of the equal-cost paths from ``sa`` to ``sb``, picked by hashing ``flow``.
+
+        Like ECMP in real switches, different device pairs spread over the parallel
+        aggregation and core switches; the same pair always takes the same path (crc32,
+        not Python's per-process randomised ``hash``).
+        """
         tree = self._switch_trees[sa]
         nodes, links = [sb], []
         cur = sb
-        while (step := tree[cur]) is not None:
-            cur, link = step
+        h = zlib.crc32(flow.encode())
+        while preds := tree[cur]:
+            cur, link = preds[h % len(preds)] if len(preds) > 1 else preds[0]
+            h = (h * 2654435761 + 1) & 0xFFFFFFFF  # a new choice at every tier
             nodes.append(cur)
             links.append(link)
         return tuple(reversed(nodes)), tuple(reversed(links))
@@ -394,11 +403,15 @@ def _reverse(p: _Path) -> _Path:
 
 def _switch_dijkstra(
     fabric: Fabric, source: str
-) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[str, Link] | None]]:
-    """Least-latency (then fewest-hop) paths from ``source`` over network switches only."""
+) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[tuple[str, Link], ...]]]:
+    """Least-latency (then fewest-hop) paths from ``source`` over network switches only.
+
+    Returns the distances and, per switch, *every* predecessor on an equal-cost path (in
+    the order found), so that paths can be spread as ECMP spreads flows.
+    """
     switches = fabric.switches
     dist: dict[str, tuple[float, int]] = {source: (0.0, 0)}
-    tree: dict[str, tuple[str, Link] | None] = {source: None}
+    preds: dict[str, list[tuple[str, Link]]] = {source: []}
     heap: list[tuple[float, int, str]] = [(0.0, 0, source)]
     done: set[str] = set()
     while heap:
@@ -413,9 +426,11 @@ def _switch_dijkstra(
             cand = (lat + link.latency_us, hops + 1)
             if nxt not in dist or cand < dist[nxt]:
                 dist[nxt] = cand
-                tree[nxt] = (node, link)
+                preds[nxt] = [(node, link)]
                 heapq.heappush(heap, (cand[0], cand[1], nxt))
-    return dist, tree
+            elif cand == dist[nxt]:
+                preds[nxt].append((node, link))
+    return dist, {k: tuple(v) for k, v in preds.items()}
 
 
 _NVLINK_LABEL_MEDIA = frozenset({LinkMedium.NVLINK, LinkMedium.NVSWITCH})
