@@ -18,9 +18,9 @@ switch) or NETWORK_SPINE (more); any radio link is WIRELESS.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -355,16 +355,19 @@ class Router:
         """One of the equal-cost paths from ``sa`` to ``sb``, picked by hashing ``flow``.
 
         Like ECMP in real switches, different device pairs spread over the parallel
-        aggregation and core switches; the same pair always takes the same path (crc32,
+        aggregation and core switches; the same pair always takes the same path (blake2b,
         not Python's per-process randomised ``hash``).
         """
         tree = self._switch_trees[sa]
         nodes, links = [sb], []
         cur = sb
-        h = zlib.crc32(flow.encode())
+        h = int.from_bytes(hashlib.blake2b(flow.encode(), digest_size=8).digest())
         while preds := tree[cur]:
-            cur, link = preds[h % len(preds)] if len(preds) > 1 else preds[0]
-            h = (h * 2654435761 + 1) & 0xFFFFFFFF  # a new choice at every tier
+            if len(preds) > 1:
+                h, pick = divmod(h, len(preds))  # fresh digits of the hash at every tier
+                cur, link = preds[pick]
+            else:
+                cur, link = preds[0]
             nodes.append(cur)
             links.append(link)
         return tuple(reversed(nodes)), tuple(reversed(links))
