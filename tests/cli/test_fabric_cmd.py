@@ -123,3 +123,25 @@ def test_demo_runs() -> None:
     assert code == 0
     for needle in ("this machine", "mixed-lab", "WIRELESS", "NETWORK_SPINE", "placement domains"):
         assert needle in out
+
+
+def test_user_text_is_never_read_as_markup(tmp_path: Path) -> None:
+    code, _, err = run("fabric", "route", "dgx-h100", "[/x]", "gpu0")
+    assert code == 2 and "no device '[/x]'" in err
+    code, _, err = run("fabric", "show", "[bold]x")
+    assert code == 2 and "'[bold]x' is not a preset" in err
+    bad = tmp_path / "[red]bad.yaml"
+    bad.write_text("name: x\nhosts: [{name: h, devices: [{model: '[/oops]'}]}]\n")
+    code, _, err = run("fabric", "validate", str(bad))
+    assert code == 1 and "[/oops]" in err
+
+
+def test_cpu_devices_out_of_range() -> None:
+    code, _, err = run("fabric", "show", "--cpu-devices", "-1")
+    assert code == 2 and "from 1 to 4096" in err
+
+
+def test_matrix_is_never_squeezed_when_piped() -> None:
+    result = runner.invoke(app, ["fabric", "show", "dgx-h100"], env={"COLUMNS": "60"})
+    assert "gpu0  gpu1  gpu2" in result.stdout
+    assert "nic7" in result.stdout

@@ -178,7 +178,8 @@ def test_pcie_switch_is_not_a_network_switch(tmp_path: Path) -> None:
 def test_nvlink_on_a_model_without_it(tmp_path: Path) -> None:
     text = GOOD.replace("devices: 8xH100-SXM", "devices: 8xL4")
     msg = errors_of(write(tmp_path, text))
-    assert "hosts[0] = 'n{i}': L4 has no NVLink" in msg
+    assert "hosts[0]: nvlink: nvswitch but L4 have no NVLink" in msg
+    assert "fabric.yaml:7" in msg
 
 
 def test_not_a_mapping(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
+from accelnet.cli.fabric_cmd import fail, note
 from accelnet.cli.render import route_table, show_fabric
 from accelnet.fabric import DomainLevel, load_preset
 from accelnet.fabric.discovery import discover
@@ -37,16 +38,15 @@ def demo(
     console = Console()
     console.print(Rule("1. this machine (discovered: psutil, and NVML when a GPU is present)"))
     found = discover("per-core")
-    for note in found.notes:
-        console.print(f"[yellow]note:[/] {note}")
+    for text in found.notes:
+        note(text)
     show_fabric(console, found.fabric)
 
     console.print(Rule(f"2. the {preset} fabric"))
     try:
         fabric = load_preset(preset)
     except (KeyError, ValueError) as exc:
-        console.print(f"[red]{exc.args[0] if exc.args else exc}")
-        raise typer.Exit(2) from None
+        fail(exc.args[0] if exc.args else exc, 2)
     show_fabric(console, fabric, max_hosts=3)
 
     console.print(Rule("3. routes: every locality level, bottleneck bandwidth, latency, loss"))

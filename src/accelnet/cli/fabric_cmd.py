@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from accelnet.cli.render import route_detail, show_fabric
 from accelnet.fabric import (
@@ -19,14 +20,16 @@ from accelnet.fabric import (
     Precision,
     device_models,
     load_fabric,
-    load_spec,
     preset_names,
 )
-from accelnet.fabric.build import build_fabric
+from accelnet.fabric.build import load_fabric_file
 from accelnet.fabric.discovery import CpuMode, discover
+from accelnet.fabric.errors import short_repr
 from accelnet.fabric.export import fabric_to_json, model_to_json
 from accelnet.fabric.presets import FAT_TREE_HELP, preset_spec
-from accelnet.fabric.spec import FabricSpec
+from accelnet.fabric.spec import fabric_json_schema
+
+MAX_CPU_DEVICES = 4096
 
 fabric_app = typer.Typer(help="The physical network: show, route, validate.", no_args_is_help=True)
 
@@ -44,34 +47,45 @@ def _err() -> Console:
     return Console(stderr=True)
 
 
+def fail(message: object, code: int) -> NoReturn:
+    """Print ``message`` in red on stderr (never read as markup) and exit with ``code``."""
+    _err().print(Text(str(message), style="red"))
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    """A yellow note on stderr."""
+    _err().print(Text.assemble(("note: ", "yellow"), message))
+
+
 def _cpu_mode(value: str) -> CpuMode:
     if value in ("per-core", "per-socket", "none"):
         return value  # type: ignore[return-value]
-    try:
+    if value.isdigit() and 1 <= int(value) <= MAX_CPU_DEVICES:
         return int(value)
-    except ValueError:
-        _err().print(f"[red]--cpu-devices: {value!r} is not per-core, per-socket, none or N")
-        raise typer.Exit(2) from None
+    fail(
+        f"--cpu-devices: {value!r} is not per-core, per-socket, none or a number "
+        f"from 1 to {MAX_CPU_DEVICES}",
+        2,
+    )
 
 
 def _load(ref: str | None, cpu: str) -> Fabric:
     try:
         if ref is None or ref == "local":
             found = discover(_cpu_mode(cpu))
-            for note in found.notes:
-                _err().print(f"[yellow]note:[/] {note}")
+            for text in found.notes:
+                note(text)
             return found.fabric
         return load_fabric(ref)
     except FabricSpecError as exc:
-        _err().print(f"[red]{exc}")
-        raise typer.Exit(1) from None
+        fail(exc, 1)
     except (FabricNotFoundError, KeyError) as exc:
-        _err().print(f"[red]{exc.args[0] if exc.args else exc}")
-        raise typer.Exit(2) from None
+        fail(exc.args[0] if exc.args else exc, 2)
 
 
 def _dump(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 @fabric_app.command("show")
@@ -102,11 +116,9 @@ def route(
     try:
         r = fabric.route(dev_a, dev_b)
     except KeyError as exc:
-        _err().print(f"[red]{exc.args[0]}")
-        raise typer.Exit(2) from None
+        fail(exc.args[0], 2)
     except NoRouteError as exc:
-        _err().print(f"[red]{exc}")
-        raise typer.Exit(1) from None
+        fail(exc, 1)
     if as_json:
         _dump(r.to_json())
         return
@@ -120,7 +132,7 @@ def validate(
 ) -> None:
     """Check a fabric file; exit 1 and name every problem (file:line: key = value: why)."""
     try:
-        fabric = build_fabric(load_spec(file), file)
+        fabric = load_fabric_file(file)
     except FabricSpecError as exc:
         if as_json:
             _dump(
@@ -132,16 +144,15 @@ def validate(
                         {
                             "path": i.path,
                             "line": i.line,
-                            "value": repr(i.value),
+                            "value": short_repr(i.value),
                             "message": i.message,
                         }
                         for i in exc.issues
                     ],
                 }
             )
-        else:
-            _err().print(f"[red]{exc}")
-        raise typer.Exit(1) from None
+            raise typer.Exit(1) from None
+        fail(exc, 1)
     summary = {
         "hosts": len(fabric.hosts),
         "devices": len(fabric.devices),
@@ -152,7 +163,7 @@ def validate(
         _dump({"schema": "accelnet.validation/v1", "valid": True, "file": file, **summary})
         return
     counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in summary.items())
-    Console().print(f"[green]ok[/] {file}: fabric {fabric.name!r}, {counts}")
+    Console().print(Text.assemble(("ok ", "green"), f"{file}: fabric {fabric.name!r}, {counts}"))
 
 
 @fabric_app.command("presets")
@@ -201,4 +212,4 @@ def models(as_json: JsonOpt = False) -> None:
 @fabric_app.command("schema")
 def schema() -> None:
     """JSON schema of fabric files (for editors and CI checks)."""
-    _dump(FabricSpec.model_json_schema())
+    _dump(fabric_json_schema())

@@ -59,7 +59,7 @@ def fabric_tree(fabric: Fabric, max_hosts: int) -> Tree:
         node = tree.add(Text.assemble((h.name, "bold cyan"), f"  {_host_line(h)}"))
         for d in (fabric.devices[i] for i in h.device_ids):
             extra = f"  {d.detail}" if d.detail else ""
-            node.add(f"{d.name}  {d.model.name}  {d.memory_gb:g} GB  NUMA {d.numa}{extra}")
+            node.add(Text(f"{d.name}  {d.model.name}  {d.memory_gb:g} GB  NUMA {d.numa}{extra}"))
     if len(hosts) < len(fabric.hosts):
         tree.add(Text(f"... {len(fabric.hosts) - len(hosts)} more hosts (--hosts 0 for all)"))
     if fabric.switches:
@@ -86,8 +86,19 @@ def matrix_table(fabric: Fabric, host: str) -> Table:
         cells = [
             Text(c, style=_STYLE.get(c, "bold green" if c.startswith("NV") else "")) for c in row
         ]
-        table.add_row(Text(name, style="bold"), *cells, numa.get(name, "-"))
+        table.add_row(Text(name, style="bold"), *cells, Text(numa.get(name, "-")))
     return table
+
+
+def print_wide(console: Console, table: Table) -> None:
+    """Print ``table`` at its natural width, wider than the terminal if need be (like
+    ``nvidia-smi topo -m``), instead of squeezing cells to unreadable stubs."""
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    wide = Console(file=console.file, width=natural)
+    wide.print(table, crop=False)
 
 
 def show_fabric(console: Console, fabric: Fabric, max_hosts: int = 8) -> None:
@@ -101,7 +112,7 @@ def show_fabric(console: Console, fabric: Fabric, max_hosts: int = 8) -> None:
         shown[h.layout_key] = h.name
         same = [x.name for x in fabric.hosts if x.layout_key == h.layout_key and x is not h]
         console.print()
-        console.print(matrix_table(fabric, h.name))
+        print_wide(console, matrix_table(fabric, h.name))
         if same:
             more = f", ... ({len(same)} hosts)" if len(same) > 3 else ""
             console.print(Text(f"same layout: {', '.join(same[:3])}{more}", style="dim"))
@@ -116,16 +127,10 @@ def route_table(routes: list[Route]) -> Table:
     for col in ("GB/s each way", "latency us", "loss", "hops"):
         table.add_column(col, justify="right")
     for r in routes:
-        table.add_row(
-            r.src,
-            r.dst,
-            r.level.name,
-            r.label,
-            f"{r.bandwidth_gbps:g}",
-            f"{r.latency_us:.2f}",
-            f"{r.loss_rate:.2%}" if r.loss_rate else "0",
-            str(r.hops),
-        )
+        loss = f"{r.loss_rate:.2%}" if r.loss_rate else "0"
+        cells = (r.src, r.dst, r.level.name, r.label, f"{r.bandwidth_gbps:g}",
+                 f"{r.latency_us:.2f}", loss, str(r.hops))  # fmt: skip
+        table.add_row(*(Text(c) for c in cells))
     return table
 
 
@@ -142,13 +147,7 @@ def route_detail(route: Route) -> Group:
     for col in ("from", "to", "medium", "gen", "links", "GB/s", "us"):
         hops.add_column(col)
     for a, b, lk in zip(route.nodes[:-1], route.nodes[1:], route.links, strict=True):
-        hops.add_row(
-            a,
-            b,
-            lk.medium.value,
-            lk.type.generation,
-            str(lk.type.count),
-            f"{lk.bandwidth_gbps:g}",
-            f"{lk.latency_us:g}",
-        )
+        cells = (a, b, lk.medium.value, lk.type.generation, str(lk.type.count),
+                 f"{lk.bandwidth_gbps:g}", f"{lk.latency_us:g}")  # fmt: skip
+        hops.add_row(*(Text(c) for c in cells))
     return Group(head, hops)

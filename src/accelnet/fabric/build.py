@@ -17,7 +17,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from accelnet.fabric.catalog import UnknownNameError, bundle, device_model, link_type
+from accelnet.fabric.catalog import (
+    UnknownNameError,
+    bundle,
+    device_model,
+    link_type,
+    with_lanes,
+)
 from accelnet.fabric.errors import FabricSpecError, SpecIssue, format_path
 from accelnet.fabric.fabric import Fabric, FabricBuilder, FabricError
 from accelnet.fabric.layout import LayoutError, Slot, make_layout
@@ -35,6 +41,13 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"a key must be a plain value, not {type(key).__name__}",
+                key_node.start_mark,
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while reading a mapping",
@@ -106,6 +119,8 @@ def parse_spec(data: Any, source: str, node: yaml.Node | None = None) -> FabricS
             elif err["type"] == "missing":
                 kept = [*kept, str(err["loc"][-1])]
                 value = None
+            elif isinstance(value, dict):
+                value = None  # a problem of the whole entry: the message says which keys
             issues.append(SpecIssue(format_path(kept), msg, value, _line_of(node, kept)))
         raise FabricSpecError(source, issues) from None
 
@@ -129,22 +144,40 @@ def _allowed(parent: Sequence[str | int]) -> str:
 
 def load_spec(path: str | Path) -> FabricSpec:
     """Read and validate a YAML or JSON fabric file."""
-    p = Path(path)
     source = str(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_SPEC_BYTES:
-            raise FabricSpecError(source, [SpecIssue("", f"file is {size} bytes; max 16 MiB")])
-        text = p.read_text(encoding="utf-8")
+        with Path(path).open("rb") as f:  # bounded: st_size lies for /dev/zero and pipes
+            raw = f.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise FabricSpecError(source, [SpecIssue("", "file is larger than 16 MiB")])
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise FabricSpecError(source, [SpecIssue("", f"cannot read: {exc}")]) from None
+    data, node = parse_text(text, source, as_json=str(path).lower().endswith(".json"))
+    return parse_spec(data, source, node)
+
+
+def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def parse_text(text: str, source: str, as_json: bool = False) -> tuple[Any, yaml.Node | None]:
+    """Parse YAML (or JSON) text; FabricSpecError naming the line for anything malformed.
+
+    Rejects duplicate keys, unhashable (complex) keys and absurd nesting, none of which a
+    plain loader reports well.
+    """
     node: yaml.Node | None = None
     try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            node = yaml.compose(text, Loader=_UniqueKeyLoader)
-            data = yaml.load(text, Loader=_UniqueKeyLoader)
+        if as_json:
+            return json.loads(text, object_pairs_hook=_unique_json_object), None
+        node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        return yaml.load(text, Loader=_UniqueKeyLoader), node
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -155,7 +188,10 @@ def load_spec(path: str | Path) -> FabricSpec:
         raise FabricSpecError(
             source, [SpecIssue("", f"not valid JSON: {exc.msg}", None, exc.lineno)]
         ) from None
-    return parse_spec(data, source, node)
+    except RecursionError:
+        raise FabricSpecError(source, [SpecIssue("", "nested too deeply")]) from None
+    except (TypeError, ValueError) as exc:  # unhashable YAML keys, duplicate JSON keys
+        raise FabricSpecError(source, [SpecIssue("", f"not a valid spec: {exc}")]) from None
 
 
 def load_fabric_file(path: str | Path) -> Fabric:
@@ -174,7 +210,7 @@ def _model_of(group: DeviceGroupSpec) -> DeviceModel:
             vendor="custom",
             memory_gb=group.memory_gb,
             mem_bw_gbps=group.mem_bw_gbps,
-            peak_tflops=dict(group.peak_tflops or {}),
+            peak_tflops=group.peak_tflops or {},
             idle_w=group.idle_w if group.idle_w is not None else 0.15 * group.max_w,
             max_w=group.max_w,
             pcie_type=group.pcie_type or "PCIe4x16",
@@ -208,9 +244,10 @@ def link_from_spec(spec: LinkSpec) -> LinkType:
         bw = spec.bandwidth_gbps or base.bandwidth_gbps
         lat = spec.latency_us if spec.latency_us is not None else base.latency_us
         gen = spec.generation or base.generation
-        lanes = spec.lanes if spec.lanes is not None else base.lanes
         loss = spec.loss_rate if spec.loss_rate is not None else base.loss_rate
-        t = LinkType(medium, bw, lat, gen, lanes, base.count, loss)
+        t = LinkType(medium, bw, lat, gen, base.lanes, base.count, loss)
+        if spec.lanes is not None and spec.bandwidth_gbps is None:
+            t = with_lanes(t, spec.lanes)
     else:
         assert spec.medium and spec.bandwidth_gbps and spec.latency_us is not None
         t = LinkType(

@@ -66,21 +66,32 @@ _MODELS: tuple[DeviceModel, ...] = (
         notes="idle estimated",
     ),
     DeviceModel(
+        "H100-NVL", DeviceKind.GPU, "nvidia", 94, 3900,
+        _tf(fp64=30, fp32=60, tf32=417.5, bf16=835, fp16=835, fp8=1670, int8=1670),
+        idle_w=55, max_w=400, pcie_type="PCIe5x16", nvlink_type="NVLink4", nvlink_links=12,
+        notes="PCIe card; bridged pairs at 600 GB/s; idle estimated",
+    ),
+    DeviceModel(
         "A100-SXM4-80GB", DeviceKind.GPU, "nvidia", 80, 2039,
-        _tf(fp64=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
+        _tf(fp64=9.7, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
         idle_w=55, max_w=400, pcie_type="PCIe4x16", nvlink_type="NVLink3", nvlink_links=12,
         aliases=("A100-80GB", "A100", "A100-SXM-80GB"), notes="idle estimated",
     ),
     DeviceModel(
         "A100-SXM4-40GB", DeviceKind.GPU, "nvidia", 40, 1555,
-        _tf(fp64=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
+        _tf(fp64=9.7, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
         idle_w=50, max_w=400, pcie_type="PCIe4x16", nvlink_type="NVLink3", nvlink_links=12,
         aliases=("A100-40GB",), notes="idle estimated",
     ),
     DeviceModel(
         "A100-PCIe-80GB", DeviceKind.GPU, "nvidia", 80, 1935,
-        _tf(fp64=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
+        _tf(fp64=9.7, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
         idle_w=45, max_w=300, pcie_type="PCIe4x16", notes="idle estimated",
+    ),
+    DeviceModel(
+        "A100-PCIe-40GB", DeviceKind.GPU, "nvidia", 40, 1555,
+        _tf(fp64=9.7, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
+        idle_w=40, max_w=250, pcie_type="PCIe4x16", notes="idle estimated",
     ),
     DeviceModel(
         "L40S", DeviceKind.GPU, "nvidia", 48, 864,
@@ -106,10 +117,22 @@ _MODELS: tuple[DeviceModel, ...] = (
         notes="SXM2 16 GB, the GPU of Gavel's measurements; idle estimated",
     ),
     DeviceModel(
+        "V100-PCIe", DeviceKind.GPU, "nvidia", 16, 900,
+        _tf(fp64=7, fp32=14, fp16=112),
+        idle_w=35, max_w=250, pcie_type="PCIe3x16", aliases=("V100-PCIE-16GB",),
+        notes="idle estimated",
+    ),
+    DeviceModel(
         "P100", DeviceKind.GPU, "nvidia", 16, 732,
         _tf(fp64=4.7, fp32=9.3, fp16=18.7),
         idle_w=30, max_w=250, pcie_type="PCIe3x16", aliases=("P100-PCIE-16GB", "Tesla-P100"),
         notes="PCIe 16 GB, the GPU of Gavel's measurements; idle estimated",
+    ),
+    DeviceModel(
+        "P100-SXM2", DeviceKind.GPU, "nvidia", 16, 732,
+        _tf(fp64=5.3, fp32=10.6, fp16=21.2),
+        idle_w=30, max_w=300, pcie_type="PCIe3x16", nvlink_type="NVLink1", nvlink_links=4,
+        aliases=("P100-SXM2-16GB",), notes="idle estimated",
     ),
     DeviceModel(
         "K80", DeviceKind.GPU, "nvidia", 12, 240,
@@ -150,22 +173,25 @@ _MODELS: tuple[DeviceModel, ...] = (
     ),
     DeviceModel(
         "Jetson-AGX-Orin", DeviceKind.GPU, "nvidia", 64, 204.8,
-        _tf(fp32=5.3, fp16=85, int8=170),
+        _tf(fp32=5.3, fp16=42.5, int8=85),
         idle_w=10, max_w=60, pcie_type="PCIe4x16",
         aliases=("Jetson-Orin", "AGX-Orin", "Jetson-AGX-Orin-64GB"),
-        notes="integrated GPU, memory shared with the CPU; edge device",
+        notes="integrated GPU (no DLA), memory shared with the CPU; edge device",
+        integrated=True,
     ),
     DeviceModel(
         "Jetson-Orin-Nano", DeviceKind.GPU, "nvidia", 8, 102,
         _tf(fp32=1.3, fp16=17, int8=34),
         idle_w=5, max_w=25, pcie_type="PCIe3x16", aliases=("Orin-Nano",),
         notes="Super developer kit, 25 W mode; integrated GPU; edge device",
+        integrated=True,
     ),
     DeviceModel(
         "CPU-core", DeviceKind.CPU, "generic", 4, 10,
         _tf(fp64=0.05, fp32=0.1),
         idle_w=1, max_w=8, pcie_type="PCIe4x16", aliases=("cpu", "core"),
         notes="one core of a server CPU (AVX2-class); discovery sets memory per core",
+        integrated=True,
     ),
 )
 # fmt: on
@@ -174,6 +200,7 @@ _MODELS: tuple[DeviceModel, ...] = (
 # latencies are modelling defaults (NVLink/NVSwitch hops under a microsecond, PCIe hops
 # about 0.5 us, an InfiniBand switch hop about 0.3 us, Wi-Fi milliseconds), not data sheets.
 _LINKS: dict[str, LinkType] = {
+    "NVLink1": LinkType(LinkMedium.NVLINK, 20.0, 0.35, "NVLink1", count=1),
     "NVLink2": LinkType(LinkMedium.NVLINK, 25.0, 0.35, "NVLink2", count=1),
     "NVLink3": LinkType(LinkMedium.NVLINK, 25.0, 0.35, "NVLink3", count=1),
     "NVLink4": LinkType(LinkMedium.NVLINK, 25.0, 0.35, "NVLink4", count=1),
@@ -185,7 +212,9 @@ _LINKS: dict[str, LinkType] = {
     "PCIe4x16": LinkType(LinkMedium.PCIE, 31.5, 0.5, "Gen4", lanes=16),
     "PCIe5x16": LinkType(LinkMedium.PCIE, 63.0, 0.5, "Gen5", lanes=16),
     "PCIe6x16": LinkType(LinkMedium.PCIE, 121.0, 0.5, "Gen6", lanes=16),
-    "UPI": LinkType(LinkMedium.SMP, 62.4, 0.3, "UPI 2.0 x3", count=3),
+    "UPI": LinkType(LinkMedium.SMP, 128.0, 0.3, "UPI 2.0 x4, 16 GT/s", count=4),
+    "UPI1": LinkType(LinkMedium.SMP, 62.4, 0.3, "UPI 1.0 x3, 10.4 GT/s", count=3),
+    "QPI": LinkType(LinkMedium.SMP, 38.4, 0.3, "QPI x2, 9.6 GT/s", count=2),
     "xGMI-CPU": LinkType(LinkMedium.SMP, 64.0, 0.3, "Infinity Fabric (CPU)", count=4),
     "IB-EDR": LinkType(LinkMedium.INFINIBAND, 12.5, 0.3, "EDR", lanes=4),
     "IB-HDR": LinkType(LinkMedium.INFINIBAND, 25.0, 0.3, "HDR", lanes=4),
@@ -269,4 +298,22 @@ def bundle(base: LinkType, count: int) -> LinkType:
         lanes=base.lanes,
         count=base.count * count,
         loss_rate=base.loss_rate,
+    )
+
+
+def with_lanes(base: LinkType, lanes: int) -> LinkType:
+    """``base`` running on ``lanes`` lanes (a PCIe x16 slot trained at x8 has half its speed).
+
+    Types without lanes (NVLink, Ethernet) are returned as they are.
+    """
+    if not base.lanes or lanes == base.lanes:
+        return base
+    return LinkType(
+        base.medium,
+        base.bandwidth_gbps * lanes / base.lanes,
+        base.latency_us,
+        base.generation,
+        lanes,
+        base.count,
+        base.loss_rate,
     )

@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 import psutil
 
-from accelnet.fabric.catalog import bundle, device_models, link_type
+from accelnet.fabric.catalog import bundle, device_model, link_type, with_lanes
 from accelnet.fabric.fabric import Fabric, FabricBuilder
-from accelnet.fabric.layout import MEMBUS
+from accelnet.fabric.layout import MEMBUS, sockets_of
 from accelnet.fabric.model import (
     DeviceKind,
     DeviceModel,
@@ -52,17 +52,21 @@ TOPO_INTERNAL, TOPO_SINGLE, TOPO_MULTIPLE, TOPO_HOSTBRIDGE, TOPO_NODE, TOPO_SYST
 _NVML_NAMES: tuple[tuple[str, str], ...] = (
     ("GH200", "H200"),
     ("H200", "H200"),
+    ("H100 NVL", "H100-NVL"),
     ("H100 PCIe", "H100-PCIe"),
     ("H100", "H100-SXM"),
     ("B200", "B200"),
     ("A100-SXM4-40GB", "A100-SXM4-40GB"),
+    ("A100-PCIE-40GB", "A100-PCIe-40GB"),
     ("A100-PCIE", "A100-PCIe-80GB"),
     ("A100 80GB PCIe", "A100-PCIe-80GB"),
     ("A100", "A100-SXM4-80GB"),
     ("L40S", "L40S"),
     ("L4", "L4"),
     ("T4", "T4"),
+    ("V100-PCIE", "V100-PCIe"),
     ("V100", "V100"),
+    ("P100-SXM2", "P100-SXM2"),
     ("P100", "P100"),
     ("K80", "K80"),
     ("Orin Nano", "Jetson-Orin-Nano"),
@@ -72,7 +76,8 @@ _NVML_NAMES: tuple[tuple[str, str], ...] = (
 # nvmlDeviceGetNvLinkVersion answers an nvmlNvlinkVersion_t, not the major version:
 # 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0 (an A100 answers 5, an H100 6).
 _NVLINK_BY_VERSION = {
-    2: "NVLink2", 3: "NVLink2", 4: "NVLink3", 5: "NVLink3", 6: "NVLink4", 7: "NVLink5",
+    1: "NVLink1", 2: "NVLink2", 3: "NVLink2", 4: "NVLink3", 5: "NVLink3", 6: "NVLink4",
+    7: "NVLink5",
 }  # fmt: skip
 _PCIE_BY_GEN = {3: "PCIe3x16", 4: "PCIe4x16", 5: "PCIe5x16", 6: "PCIe6x16"}
 
@@ -223,7 +228,7 @@ def gpu_model(name: str, memory_gb: float, power_w: float | None) -> DeviceModel
     for needle, model_name in _NVML_NAMES:
         # not followed by a digit: an L40 is no L4, a T400 no T4, an RTX A1000 no A100
         if re.search(re.escape(needle) + r"(?!\d)", name, re.IGNORECASE):
-            return next(m for m in device_models() if m.name == model_name)
+            return device_model(model_name)
     return DeviceModel(
         name=name.removeprefix("NVIDIA ").replace(" ", "-"),
         kind=DeviceKind.GPU,
@@ -288,7 +293,7 @@ def discover(
     gpu_numas = [g.numa for g in report.gpus if g.numa is not None]
     sockets = max([sockets, *(n + 1 for n in gpu_numas)])
     mem_total = psutil.virtual_memory().total / 1e9
-    cpu_model = next(m for m in device_models() if m.name == "CPU-core")
+    cpu_model = device_model("CPU-core")
     cpu_name = _cpu_name()
     total_cores = sum(c for _, c in cpu_slots) or 1
     devices: list[LocalDevice] = []
@@ -331,7 +336,11 @@ def discover(
         uuids.append(None)
         buses.append(None)
     switches, links = _gpu_topology(report, sockets)
-    links += [LocalLink(d.name, f"socket{d.numa}", MEMBUS) for d in devices if d.name[:3] == "cpu"]
+    links += [
+        LocalLink(d.name, f"socket{d.numa}", MEMBUS)
+        for d in devices
+        if d.model.kind is DeviceKind.CPU
+    ]
     layout = HostLayout(tuple(devices), tuple(switches), tuple(links), sockets)
     builder = FabricBuilder(host, f"discovered on {host}")
     builder.add_host(
@@ -345,12 +354,7 @@ def discover(
 
 def _gpu_topology(report: NvmlReport, sockets: int) -> tuple[list[LocalSwitch], list[LocalLink]]:
     """Switches and links among GPUs, CPU roots and NVSwitches from the NVML report."""
-    switches = [LocalSwitch(f"socket{k}", SwitchKind.CPU_ROOT, k) for k in range(sockets)]
-    links = [
-        LocalLink(f"socket{a}", f"socket{b}", link_type("UPI"))
-        for a in range(sockets)
-        for b in range(a + 1, sockets)
-    ]
+    switches, links = sockets_of(sockets, link_type("UPI"))
     gpus = report.gpus
     if not gpus:
         return switches, links
@@ -393,13 +397,7 @@ def _gpu_topology(report: NvmlReport, sockets: int) -> tuple[list[LocalSwitch], 
 
 
 def _pcie_type(g: GpuInfo) -> LinkType:
-    base = link_type(_PCIE_BY_GEN.get(g.pcie_gen or 4, "PCIe4x16"))
-    width = g.pcie_width or 16
-    if width == 16:
-        return base
-    return LinkType(
-        base.medium, base.bandwidth_gbps * width / 16, base.latency_us, base.generation, width
-    )
+    return with_lanes(link_type(_PCIE_BY_GEN.get(g.pcie_gen or 4, "PCIe4x16")), g.pcie_width or 16)
 
 
 def _nvlinks(gpus: Sequence[GpuInfo]) -> list[LocalLink]:

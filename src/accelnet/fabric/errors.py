@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +25,22 @@ class SpecIssue:
         return f"{where}: {key}{shown}: {self.message}"
 
 
+def _bounded_repr() -> reprlib.Repr:
+    r = reprlib.Repr()  # keyword arguments only from Python 3.12
+    r.maxlevel, r.maxlist, r.maxdict, r.maxstring, r.maxother = 2, 4, 4, 60, 60
+    return r
+
+
+_REPR = _bounded_repr()
+
+
+def short_repr(value: Any) -> str:
+    """A bounded ``repr``: safe on huge or self-sharing values (YAML alias bombs)."""
+    return _REPR.repr(value)
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return short_repr(value)
 
 
 class FabricSpecError(ValueError):

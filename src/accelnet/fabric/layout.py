@@ -78,19 +78,21 @@ def _device_names(slots: Sequence[Slot]) -> list[str]:
 
 
 def _attach_type(model: DeviceModel) -> LinkType:
-    if model.kind is DeviceKind.CPU or model.name.startswith("Jetson"):
-        return MEMBUS
-    return link_type(model.pcie_type)
+    return MEMBUS if model.integrated else link_type(model.pcie_type)
 
 
-def _nvlink_type(model: DeviceModel, override: str | None) -> LinkType:
-    name = override or model.nvlink_type
-    if name is None:
-        raise LayoutError(
-            f"{model.name} has no NVLink (or similar) in the catalog; "
-            "give nvlink_type (e.g. NVLink4) or use nvlink: none"
-        )
-    return link_type(name)
+def sockets_of(sockets: int, smp: LinkType) -> tuple[list[LocalSwitch], list[LocalLink]]:
+    """CPU root complexes ``socket0..`` and the inter-socket links joining them.
+
+    Up to four sockets are fully connected (as UPI and xGMI boards are); more form a chain.
+    """
+    switches = [LocalSwitch(f"socket{k}", SwitchKind.CPU_ROOT, k) for k in range(sockets)]
+    links = [
+        LocalLink(f"socket{x}", f"socket{y}", smp)
+        for x, y in combinations(range(sockets), 2)
+        if sockets <= 4 or y == x + 1
+    ]
+    return switches, links
 
 
 def make_layout(
@@ -110,56 +112,46 @@ def make_layout(
 
     ``nics`` lists the link type of each network adapter (``["IB-NDR"] * 8``); the adapters
     are named ``nic0``, ``nic1``, ... and their uplinks are added by the fabric, not here.
+    A device's ``numa`` puts it on that socket (on one of that socket's PCIe switches when
+    the host has them).
     """
     if sockets < 1:
         raise LayoutError(f"sockets must be >= 1, got {sockets}")
     if pcie_switches < 0:
         raise LayoutError(f"pcie_switches must be >= 0, got {pcie_switches}")
     names = _device_names(slots)
-    accel = [i for i, s in enumerate(slots) if s.model.kind is not DeviceKind.CPU]
-    cpus = [i for i, s in enumerate(slots) if s.model.kind is DeviceKind.CPU]
+    accel = [i for i, s in enumerate(slots) if not s.model.integrated]
+    onchip = [i for i, s in enumerate(slots) if s.model.integrated]
     host_pcie = link_type(pcie_type) if pcie_type else _host_pcie(slots)
 
-    switches = [LocalSwitch(f"socket{k}", SwitchKind.CPU_ROOT, k) for k in range(sockets)]
-    links: list[LocalLink] = []
-    smp = link_type(smp_type)
-    for x, y in combinations(range(sockets), 2):
-        if sockets <= 4 or y == x + 1:
-            links.append(LocalLink(f"socket{x}", f"socket{y}", smp))
+    switches, links = sockets_of(sockets, link_type(smp_type))
     pswitch_socket = [j * sockets // pcie_switches for j in range(pcie_switches)]
     for j, k in enumerate(pswitch_socket):
         switches.append(LocalSwitch(f"pcie{j}", SwitchKind.PCIE_SWITCH, k))
         links.append(LocalLink(f"pcie{j}", f"socket{k}", host_pcie))
 
     numa = [0] * len(slots)
-    for rank, i in enumerate(accel):
+    links += _place_accelerators(slots, names, accel, sockets, pswitch_socket, numa)
+    for rank, i in enumerate(onchip):
         want = slots[i].numa
-        if want is not None and pcie_switches == 0:
-            parent, numa[i] = _socket_of(want, sockets, names[i])
-        elif pcie_switches:
-            j = rank * pcie_switches // len(accel)
-            parent, numa[i] = f"pcie{j}", pswitch_socket[j]
-        else:
-            k = rank * sockets // len(accel)
-            parent, numa[i] = f"socket{k}", k
-        links.append(LocalLink(names[i], parent, _attach_type(slots[i].model)))
-    for rank, i in enumerate(cpus):
-        want = slots[i].numa
-        k = want if want is not None else rank * sockets // len(cpus)
+        k = want if want is not None else rank * sockets // len(onchip)
         parent, numa[i] = _socket_of(k, sockets, names[i])
         links.append(LocalLink(names[i], parent, MEMBUS))
 
     for k, nic in enumerate(nics):
         link_type(nic)  # reject unknown adapter types here, with the list of known ones
-        switches.append(LocalSwitch(f"nic{k}", SwitchKind.NIC, None))
         if pcie_switches:
-            parent = f"pcie{k * pcie_switches // len(nics)}"
+            j = k * pcie_switches // len(nics)
+            parent, socket = f"pcie{j}", pswitch_socket[j]
         else:
-            parent = f"socket{k * sockets // len(nics)}"
+            socket = k * sockets // len(nics)
+            parent = f"socket{socket}"
+        switches.append(LocalSwitch(f"nic{k}", SwitchKind.NIC, socket))
         links.append(LocalLink(f"nic{k}", parent, host_pcie))
 
-    links.extend(_accelerator_links(slots, names, accel, nvlink, nvlink_type, nvlink_links))
-    if nvlink is NVLinkStyle.NVSWITCH and accel:
+    accel_links = _accelerator_links(slots, names, accel, nvlink, nvlink_type, nvlink_links)
+    links.extend(accel_links)
+    if nvlink is NVLinkStyle.NVSWITCH and accel_links:
         switches.append(LocalSwitch("nvswitch", SwitchKind.NVSWITCH, None))
 
     devices = tuple(
@@ -184,6 +176,37 @@ def make_layout(
     return HostLayout(devices, tuple(switches), tuple(links), sockets)
 
 
+def _place_accelerators(
+    slots: Sequence[Slot],
+    names: Sequence[str],
+    accel: Sequence[int],
+    sockets: int,
+    pswitch_socket: Sequence[int],
+    numa: list[int],
+) -> list[LocalLink]:
+    """Attach PCIe devices evenly over PCIe switches (or sockets); fills in ``numa``."""
+    links = []
+    per_socket_seen = [0] * sockets
+    for rank, i in enumerate(accel):
+        want = slots[i].numa
+        if want is not None:
+            _, numa[i] = _socket_of(want, sockets, names[i])
+            on_socket = [j for j, k in enumerate(pswitch_socket) if k == want]
+            if pswitch_socket and not on_socket:
+                raise LayoutError(f"{names[i]}: socket {want} has no PCIe switch")
+            pick = per_socket_seen[want]
+            per_socket_seen[want] += 1
+            parent = f"pcie{on_socket[pick % len(on_socket)]}" if on_socket else f"socket{want}"
+        elif pswitch_socket:
+            j = rank * len(pswitch_socket) // len(accel)
+            parent, numa[i] = f"pcie{j}", pswitch_socket[j]
+        else:
+            k = rank * sockets // len(accel)
+            parent, numa[i] = f"socket{k}", k
+        links.append(LocalLink(names[i], parent, _attach_type(slots[i].model)))
+    return links
+
+
 def _socket_of(numa: int, sockets: int, name: str) -> tuple[str, int]:
     if not 0 <= numa < sockets:
         raise LayoutError(f"{name}: numa {numa} is not a socket of this host (0..{sockets - 1})")
@@ -191,7 +214,7 @@ def _socket_of(numa: int, sockets: int, name: str) -> tuple[str, int]:
 
 
 def _host_pcie(slots: Sequence[Slot]) -> LinkType:
-    types = [link_type(s.model.pcie_type) for s in slots if s.model.kind is not DeviceKind.CPU]
+    types = [link_type(s.model.pcie_type) for s in slots if not s.model.integrated]
     if not types:
         return link_type("PCIe4x16")
     return max(types, key=lambda t: t.bandwidth_gbps)
@@ -205,27 +228,44 @@ def _accelerator_links(
     type_name: str | None,
     links_override: int | None,
 ) -> list[LocalLink]:
-    if style is NVLinkStyle.NONE or not accel:
+    """Links among the devices that have an accelerator link (or all, with an override).
+
+    On an NVSwitch each device keeps its own link type and count; direct styles (mesh,
+    pairs, cube mesh) need one link type on every joined device.
+    """
+    if style is NVLinkStyle.NONE:
         return []
-    model = slots[accel[0]].model
-    base = _nvlink_type(model, type_name)
-    per_device = links_override or model.nvlink_links or 1
-    out: list[LocalLink] = []
+    joined = [i for i in accel if type_name or slots[i].model.nvlink_type]
+    if not joined:
+        models = sorted({slots[i].model.name for i in accel}) or ["no accelerators"]
+        raise LayoutError(
+            f"nvlink: {style.value} but {', '.join(models)} have no NVLink (or similar) in "
+            "the catalog; give nvlink_type (e.g. NVLink4) or use nvlink: none"
+        )
+
+    def base(i: int) -> LinkType:
+        return link_type(type_name or slots[i].model.nvlink_type or "")
+
+    def per_device(i: int) -> int:
+        return links_override or slots[i].model.nvlink_links or 1
+
     if style is NVLinkStyle.NVSWITCH:
-        for i in accel:
-            out.append(LocalLink(names[i], "nvswitch", bundle(base, per_device)))
-    elif style is NVLinkStyle.MESH:
-        if len(accel) < 2:
-            return []
-        per_pair = max(1, per_device // (len(accel) - 1))
-        for i, j in combinations(accel, 2):
-            out.append(LocalLink(names[i], names[j], bundle(base, per_pair)))
+        return [LocalLink(names[i], "nvswitch", bundle(base(i), per_device(i))) for i in joined]
+    kinds = {base(i) for i in joined}
+    if len(kinds) > 1:
+        gens = ", ".join(sorted(t.generation for t in kinds))
+        raise LayoutError(f"nvlink: {style.value} joins devices with different links ({gens})")
+    out: list[LocalLink] = []
+    if style is NVLinkStyle.MESH:
+        per_pair = max(1, per_device(joined[0]) // max(1, len(joined) - 1))
+        for i, j in combinations(joined, 2):
+            out.append(LocalLink(names[i], names[j], bundle(base(i), per_pair)))
     elif style is NVLinkStyle.PAIRS:
-        for i, j in zip(accel[0::2], accel[1::2], strict=False):
-            out.append(LocalLink(names[i], names[j], bundle(base, per_device)))
+        for i, j in zip(joined[0::2], joined[1::2], strict=False):
+            out.append(LocalLink(names[i], names[j], bundle(base(i), per_device(i))))
     else:  # cube mesh
-        if len(accel) != 8:
-            raise LayoutError(f"nvlink: cube-mesh needs exactly 8 accelerators, got {len(accel)}")
+        if len(joined) != 8:
+            raise LayoutError(f"nvlink: cube-mesh needs exactly 8 accelerators, got {len(joined)}")
         for i, j, n in CUBE_MESH_LINKS:
-            out.append(LocalLink(names[accel[i]], names[accel[j]], bundle(base, n)))
+            out.append(LocalLink(names[joined[i]], names[joined[j]], bundle(base(i), n)))
     return out

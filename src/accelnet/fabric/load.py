@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accelnet.fabric.build import load_fabric_file
-from accelnet.fabric.discovery import CpuMode, discover
 from accelnet.fabric.fabric import Fabric
 from accelnet.fabric.presets import FAT_TREE_HELP, is_generator, load_preset, preset_names
+
+if TYPE_CHECKING:
+    from accelnet.fabric.discovery import CpuMode
 
 
 class FabricNotFoundError(LookupError):
@@ -20,6 +23,8 @@ def load_fabric(ref: str | None = None, cpu_devices: CpuMode = "per-core") -> Fa
     Raises FabricSpecError for an invalid file and FabricNotFoundError for an unknown name.
     """
     if ref is None or ref == "local":
+        from accelnet.fabric.discovery import discover  # noqa: PLC0415 (reads the machine)
+
         return discover(cpu_devices).fabric
     if ref in preset_names() or is_generator(ref):
         return load_preset(ref)

@@ -134,13 +134,15 @@ class DomainLevel(StrEnum):
     FABRIC = "fabric"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DeviceModel:
     """A catalog entry: the published figures of one accelerator model.
 
     ``peak_tflops`` holds dense figures (no structured sparsity). ``nvlink_type`` names the
     accelerator link the model uses (a key of the link catalog) and ``nvlink_links`` how many
-    such links one device has; ``pcie_type`` is its host interface.
+    such links one device has; ``pcie_type`` is its host interface. ``integrated`` devices
+    (CPU cores, SoC GPUs such as Jetson) sit on their socket's memory bus, not on PCIe.
+    Models compare and hash by identity: the catalog holds one object per model.
     """
 
     name: str
@@ -156,6 +158,11 @@ class DeviceModel:
     nvlink_links: int = 0
     aliases: tuple[str, ...] = ()
     notes: str = ""
+    integrated: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.peak_tflops, MappingProxyType):
+            object.__setattr__(self, "peak_tflops", MappingProxyType(dict(self.peak_tflops)))
 
     def tflops(self, precision: Precision) -> float:
         """Peak dense TFLOP/s at ``precision``; 0.0 where the model has no such unit."""
@@ -208,12 +215,13 @@ class Link:
         return self.b if node == self.a else self.a
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Device:
     """One accelerator (or CPU core) in the fabric.
 
     ``id`` is ``"<host>/<name>"`` and unique in the fabric; ``index`` is its position among
-    its host's devices (what ``CUDA_VISIBLE_DEVICES`` would carry for a GPU).
+    its host's devices (what ``CUDA_VISIBLE_DEVICES`` would carry for a GPU). Devices compare
+    and hash by identity (one object per device of a fabric), so they can go in sets.
     """
 
     id: str

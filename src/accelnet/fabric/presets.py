@@ -49,6 +49,7 @@ def _dgx1() -> dict[str, Any]:
                 "sockets": 2,
                 "pcie_switches": 4,
                 "pcie_type": "PCIe3x16",
+                "smp_type": "QPI",
                 "nics": "4xIB-EDR",
             }
         ],
@@ -231,9 +232,13 @@ _FAT_TREE_DEFAULTS: dict[str, Any] = {
 
 def _parse_params(params: str, ref: str) -> dict[str, Any]:
     out = dict(_FAT_TREE_DEFAULTS)
+    seen: set[str] = set()
     for item in filter(None, (p.strip() for p in params.split(","))):
         key, eq, value = item.partition("=")
         key = key.strip()
+        if key in seen:
+            raise FabricSpecError(ref, [SpecIssue(key, "given twice", value)])
+        seen.add(key)
         if not eq or key not in out:
             raise FabricSpecError(
                 ref,

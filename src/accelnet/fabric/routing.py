@@ -18,6 +18,7 @@ switch) or NETWORK_SPINE (more); any radio link is WIRELESS.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import math
@@ -112,15 +113,6 @@ class _Path:
     bandwidth: float
     latency: float
 
-    def better_than(self, other: _Path | None) -> bool:
-        if other is None:
-            return True
-        return (-self.bandwidth, self.latency, len(self.links)) < (
-            -other.bandwidth,
-            other.latency,
-            len(other.links),
-        )
-
 
 class _LayoutRoutes:
     """Widest paths inside one host layout, computed per source on first use."""
@@ -202,8 +194,12 @@ class Router:
         self._layouts: dict[int, _LayoutRoutes] = {}
         self._exits: dict[str, tuple[str, ...]] = {}
         self._nearest: dict[tuple[int, tuple[str, ...], str], tuple[tuple[str, _Path], ...]] = {}
-        self._switch_trees: dict[str, dict[str, tuple[tuple[str, Link], ...]]] = {}
-        self._switch_dist: dict[str, dict[str, tuple[float, int]]] = {}
+        self._widest: dict[str, dict[str, float]] = {}
+        self._trees: dict[
+            tuple[str, float],
+            tuple[dict[str, tuple[float, int]], dict[str, tuple[tuple[str, Link], ...]]],
+        ] = {}
+        self._switch_bandwidths: list[float] | None = None
 
     # ----- public -------------------------------------------------------------------
     def route(self, a: str, b: str) -> Route:
@@ -281,7 +277,10 @@ class Router:
         found = self._nearest.get(key)
         if found is None:
             lr = self._layout(host)
-            paths = [(e, lr.path(local, e)) for e in exits]
+            layout = host.layout
+            # another device is never a way out: devices are end points, not transit
+            usable = [e for e in exits if e == local or layout.node_kind(e) is not None]
+            paths = [(e, lr.path(local, e)) for e in usable]
             reachable = [(e, p) for e, p in paths if p is not None]
             reachable.sort(key=lambda ep: (-ep[1].bandwidth, ep[1].latency, len(ep[1].links)))
             found = self._nearest[key] = tuple(reachable)
@@ -320,45 +319,72 @@ class Router:
         return None if best is None else (best[1], best[2])
 
     def _network_path(self, ea: str, eb: str) -> tuple[tuple[str, ...], tuple[Link, ...]] | None:
+        """Widest, then least-latency, then fewest-hop path between two exits.
+
+        The way between switches is found per (source switch, bandwidth threshold): first
+        the widest bottleneck the switches allow, capped by the two uplinks; then the least
+        latency over links at least that wide. Hosts are never crossed.
+        """
         fabric = self._fabric
         switches = fabric.switches
-        best: tuple[tuple[float, int], tuple[str, ...], tuple[Link, ...]] | None = None
+        best: tuple[tuple[float, float, int], tuple[str, ...], tuple[Link, ...]] | None = None
         for la in fabric.external_adjacency(ea):
             sa = la.other(ea)
             if sa == eb:
-                cand = ((la.latency_us, 1), (ea, eb), (la,))
-                best = cand if best is None or cand[0] < best[0] else best
+                key = (-la.bandwidth_gbps, la.latency_us, 1)
+                if best is None or key < best[0]:
+                    best = (key, (ea, eb), (la,))
                 continue
             if sa not in switches:
                 continue  # never transit through another host
-            dist = self._switch_distances(sa)
+            widest = self._widest_from(sa)
             for lb in fabric.external_adjacency(eb):
                 sb = lb.other(eb)
-                if sb not in dist:
+                if sb not in widest:
                     continue
+                target = min(la.bandwidth_gbps, lb.bandwidth_gbps, widest[sb])
+                threshold = self._threshold(target) if sa != sb else 0.0
+                dist, _ = self._switch_tree(sa, threshold)
                 d, h = dist[sb]
-                cost = (la.latency_us + d + lb.latency_us, h + 2)
-                if best is None or cost < best[0]:
-                    snodes, slinks = self._switch_path(sa, sb, f"{ea}|{eb}")
-                    best = (cost, (ea, *snodes, eb), (la, *slinks, lb))
+                key = (-target, la.latency_us + d + lb.latency_us, h + 2)
+                if best is None or key < best[0]:
+                    snodes, slinks = self._switch_path(sa, sb, threshold, f"{ea}|{eb}")
+                    best = (key, (ea, *snodes, eb), (la, *slinks, lb))
         return None if best is None else (best[1], best[2])
 
-    def _switch_distances(self, source: str) -> dict[str, tuple[float, int]]:
-        dist = self._switch_dist.get(source)
-        if dist is None:
-            dist, tree = _switch_dijkstra(self._fabric, source)
-            self._switch_dist[source] = dist
-            self._switch_trees[source] = tree
-        return dist
+    def _threshold(self, target: float) -> float:
+        """The smallest switch-to-switch link bandwidth that is at least ``target``."""
+        if self._switch_bandwidths is None:
+            self._switch_bandwidths = _switch_bandwidths(self._fabric)
+        bws = self._switch_bandwidths
+        i = bisect.bisect_left(bws, target)
+        return bws[i] if i < len(bws) else target
 
-    def _switch_path(self, sa: str, sb: str, flow: str) -> tuple[tuple[str, ...], tuple[Link, ...]]:
+    def _widest_from(self, source: str) -> dict[str, float]:
+        found = self._widest.get(source)
+        if found is None:
+            found = self._widest[source] = _switch_widest(self._fabric, source)
+        return found
+
+    def _switch_tree(
+        self, source: str, threshold: float
+    ) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[tuple[str, Link], ...]]]:
+        key = (source, threshold)
+        found = self._trees.get(key)
+        if found is None:
+            found = self._trees[key] = _switch_dijkstra(self._fabric, source, threshold)
+        return found
+
+    def _switch_path(
+        self, sa: str, sb: str, threshold: float, flow: str
+    ) -> tuple[tuple[str, ...], tuple[Link, ...]]:
         """One of the equal-cost paths from ``sa`` to ``sb``, picked by hashing ``flow``.
 
         Like ECMP in real switches, different device pairs spread over the parallel
         aggregation and core switches; the same pair always takes the same path (blake2b,
         not Python's per-process randomised ``hash``).
         """
-        tree = self._switch_trees[sa]
+        tree = self._switch_tree(sa, threshold)[1]
         nodes, links = [sb], []
         cur = sb
         h = int.from_bytes(hashlib.blake2b(flow.encode(), digest_size=8).digest())
@@ -404,10 +430,41 @@ def _reverse(p: _Path) -> _Path:
     return _Path(tuple(reversed(p.nodes)), tuple(reversed(p.links)), p.bandwidth, p.latency)
 
 
+def _switch_bandwidths(fabric: Fabric) -> list[float]:
+    """Sorted distinct bandwidths of switch-to-switch links."""
+    switches = fabric.switches
+    return sorted(
+        {lk.bandwidth_gbps for lk in fabric.external_links if lk.a in switches and lk.b in switches}
+    )
+
+
+def _switch_widest(fabric: Fabric, source: str) -> dict[str, float]:
+    """Largest bottleneck bandwidth from ``source`` to every switch (maximin Dijkstra)."""
+    switches = fabric.switches
+    best: dict[str, float] = {source: math.inf}
+    heap: list[tuple[float, str]] = [(-math.inf, source)]
+    done: set[str] = set()
+    while heap:
+        neg, node = heapq.heappop(heap)
+        if node in done:
+            continue
+        done.add(node)
+        for link in fabric.external_adjacency(node):
+            nxt = link.other(node)
+            if nxt not in switches or nxt in done:
+                continue
+            cand = min(-neg, link.bandwidth_gbps)
+            if cand > best.get(nxt, -1.0):
+                best[nxt] = cand
+                heapq.heappush(heap, (-cand, nxt))
+    return best
+
+
 def _switch_dijkstra(
-    fabric: Fabric, source: str
+    fabric: Fabric, source: str, threshold: float = 0.0
 ) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[tuple[str, Link], ...]]]:
-    """Least-latency (then fewest-hop) paths from ``source`` over network switches only.
+    """Least-latency (then fewest-hop) paths from ``source`` over network switches only,
+    using links of at least ``threshold`` GB/s.
 
     Returns the distances and, per switch, *every* predecessor on an equal-cost path (in
     the order found), so that paths can be spread as ECMP spreads flows.
@@ -424,7 +481,7 @@ def _switch_dijkstra(
         done.add(node)
         for link in fabric.external_adjacency(node):
             nxt = link.other(node)
-            if nxt not in switches or nxt in done:
+            if nxt not in switches or nxt in done or link.bandwidth_gbps < threshold:
                 continue
             cand = (lat + link.latency_us, hops + 1)
             if nxt not in dist or cand < dist[nxt]:

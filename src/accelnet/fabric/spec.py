@@ -26,7 +26,11 @@ from accelnet.fabric.model import DeviceKind, LinkMedium, Precision, SwitchKind
 
 _COUNT_FORM = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\S.*?)\s*$")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
-_TEMPLATE = re.compile(r"\{i(?::0?\d+d)?\}")
+_TEMPLATE = re.compile(r"\{i(?::0?\d{1,2}d)?\}")
+MAX_NAME = 128
+MAX_DEVICES = 1_048_576
+MAX_SWITCHES = 65_536
+MAX_LINKS = 1_048_576
 
 Name = Annotated[str, Field(pattern=_NAME, max_length=128)]
 
@@ -34,7 +38,9 @@ Name = Annotated[str, Field(pattern=_NAME, max_length=128)]
 class SpecModel(BaseModel):
     """Base of every spec: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 def _split_count(value: Any, key: str) -> Any:
@@ -58,7 +64,9 @@ class DeviceGroupSpec(SpecModel):
     ``peak_tflops`` and ``max_w`` are given.
     """
 
-    model: str = Field(description="catalog model name or alias, or a new model's name")
+    model: str = Field(
+        min_length=1, max_length=MAX_NAME, description="catalog model or alias, or a new name"
+    )
     count: int = Field(1, ge=1, le=1024, description="how many devices of this model")
     kind: DeviceKind | None = Field(None, description="gpu, tpu, npu, cpu or fpga")
     memory_gb: float | None = Field(None, gt=0, description="device memory, GB")
@@ -81,10 +89,15 @@ class DeviceGroupSpec(SpecModel):
 
     @model_validator(mode="after")
     def _known_or_complete(self) -> DeviceGroupSpec:
-        for t in (self.pcie_type, self.nvlink_type):
-            if t is not None:
-                link_type(t)
-        if find_device_model(self.model) is not None:
+        _check_role("pcie_type", self.pcie_type, _is_pcie)
+        _check_role("nvlink_type", self.nvlink_type, _is_accel)
+        known = find_device_model(self.model)
+        max_w = self.max_w if self.max_w is not None else (known.max_w if known else None)
+        for key in ("idle_w", "power_limit_w"):
+            value = getattr(self, key)
+            if value is not None and max_w is not None and value > max_w:
+                raise ValueError(f"{key} = {value} is above max_w = {max_w}")
+        if known is not None:
             return self
         missing = [
             k
@@ -92,9 +105,9 @@ class DeviceGroupSpec(SpecModel):
             if getattr(self, k) is None
         ]
         if missing:
-            known = ", ".join(m.name for m in device_models())
+            names = ", ".join(m.name for m in device_models())
             raise ValueError(
-                f"unknown device model {self.model!r}; known: {known} "
+                f"unknown device model {self.model!r}; known: {names} "
                 f"(or describe a new model: missing {', '.join(missing)})"
             )
         return self
@@ -104,7 +117,7 @@ class NicSpec(SpecModel):
     """Network adapters of one type: ``"8xIB-NDR"`` or ``{type: RoCE-400G, count: 2}``."""
 
     type: str = Field(description="link type of the adapter's port, e.g. IB-NDR, Eth-25G")
-    count: int = Field(1, ge=1, le=64)
+    count: int = Field(1, ge=1, le=64, description="adapters of this type")
 
     @model_validator(mode="before")
     @classmethod
@@ -113,7 +126,7 @@ class NicSpec(SpecModel):
 
     @field_validator("type")
     @classmethod
-    def _known(cls, v: str) -> str:
+    def _network(cls, v: str) -> str:
         if not link_type(v).medium.is_network:
             raise ValueError(f"{v!r} is not a network link type")
         return v
@@ -126,15 +139,17 @@ class LinkSpec(SpecModel):
     switch name) at the top level, local names (``gpu0``, ``nic1``) inside a host.
     """
 
-    a: str
-    b: str
+    a: str = Field(max_length=2 * MAX_NAME + 1, description="one end: switch or host/node")
+    b: str = Field(max_length=2 * MAX_NAME + 1, description="the other end")
     type: str | None = Field(None, description="catalog link type, e.g. IB-NDR, NVLink4")
     count: int = Field(1, ge=1, le=1024, description="parallel links bundled as one")
-    medium: LinkMedium | None = None
+    medium: LinkMedium | None = Field(None, description="nvlink, pcie, infiniband, wifi, ...")
     bandwidth_gbps: float | None = Field(None, gt=0, description="per direction, GB/s")
     latency_us: float | None = Field(None, ge=0, description="one way, microseconds")
-    generation: str | None = None
-    lanes: int | None = Field(None, ge=0)
+    generation: str | None = Field(None, max_length=64, description="e.g. NDR, Gen5")
+    lanes: int | None = Field(
+        None, ge=1, le=64, description="lanes in use; scales a PCIe type's bandwidth"
+    )
     loss_rate: float | None = Field(None, ge=0, lt=1, description="packet loss, 0..1")
 
     @model_validator(mode="after")
@@ -156,10 +171,38 @@ def _check_template(name: str) -> str:
     if "{" in name or "}" in name:
         stripped = _TEMPLATE.sub("0", name, count=1)
         if "{" in stripped or "}" in stripped or not re.match(_NAME, stripped):
-            raise ValueError(f"name template {name!r}: use one {{i}} or {{i:03d}}")
+            raise ValueError(f"name template {name!r}: use one {{i}} or {{i:03d}} (width < 100)")
     elif not re.match(_NAME, name):
         raise ValueError(f"name {name!r}: use letters, digits, '.', '_', ':' and '-'")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"name is {len(name)} characters long; at most {MAX_NAME}")
     return name
+
+
+def _is_pcie(medium: LinkMedium) -> bool:
+    return medium is LinkMedium.PCIE
+
+
+def _is_accel(medium: LinkMedium) -> bool:
+    return medium.is_accelerator_link
+
+
+def _is_smp(medium: LinkMedium) -> bool:
+    return medium is LinkMedium.SMP
+
+
+def _check_role(key: str, name: str | None, role: Any) -> None:
+    """A link type given for ``key`` must exist and have the right medium for that role."""
+    if name is None:
+        return
+    medium = link_type(name).medium
+    if not role(medium):
+        raise ValueError(f"{key} = {name!r} is a {medium.value} link; it cannot serve here")
+
+
+def _catalog_nvlink(model: str) -> bool:
+    found = find_device_model(model)
+    return found is not None and found.nvlink_type is not None
 
 
 def expand_names(name: str, count: int, start: int) -> list[str]:
@@ -176,8 +219,10 @@ class HostSpec(SpecModel):
 
     name: str = Field(description="host name, or a template like node{i:03d} with count")
     count: int = Field(1, ge=1, le=131072, description="replicas of this host")
-    start: int = Field(0, ge=0, description="first index of the name template")
-    devices: list[DeviceGroupSpec] = Field(min_length=1)
+    start: int = Field(0, ge=0, le=10**9, description="first index of the name template")
+    devices: list[DeviceGroupSpec] = Field(
+        min_length=1, max_length=256, description='"8xH100-SXM", a model, or device groups'
+    )
     sockets: int = Field(1, ge=1, le=16, description="CPU sockets (NUMA nodes)")
     nvlink: NVLinkStyle = Field(NVLinkStyle.NONE, description="how accelerators are joined")
     nvlink_type: str | None = Field(None, description="override the model's NVLink type")
@@ -201,12 +246,29 @@ class HostSpec(SpecModel):
     def _name(cls, v: str) -> str:
         return _check_template(v)
 
-    @field_validator("pcie_type", "nvlink_type", "smp_type")
-    @classmethod
-    def _link_type(cls, v: str | None) -> str | None:
-        if v is not None:
-            link_type(v)
-        return v
+    @model_validator(mode="after")
+    def _consistent(self) -> HostSpec:
+        _check_role("pcie_type", self.pcie_type, _is_pcie)
+        _check_role("smp_type", self.smp_type, _is_smp)
+        _check_role("nvlink_type", self.nvlink_type, _is_accel)
+        for g in self.devices:
+            if g.numa is not None and g.numa >= self.sockets:
+                raise ValueError(
+                    f"devices: {g.model} has numa {g.numa} but the host has {self.sockets} "
+                    f"socket{'s' * (self.sockets > 1)} (0..{self.sockets - 1})"
+                )
+        if self.nvlink is not NVLinkStyle.NONE and self.nvlink_type is None:
+            linked = [g for g in self.devices if g.nvlink_type or _catalog_nvlink(g.model)]
+            if not linked:
+                models = ", ".join(sorted({g.model for g in self.devices}))
+                raise ValueError(
+                    f"nvlink: {self.nvlink.value} but {models} have no NVLink (or similar) in "
+                    "the catalog; give nvlink_type (e.g. NVLink4) or use nvlink: none"
+                )
+        longest = self.names()[-1] if self.count > 1 or "{" in self.name else self.name
+        if len(longest) > MAX_NAME:
+            raise ValueError(f"host name {longest[:40]!r}... is longer than {MAX_NAME}")
+        return self
 
     @property
     def nic_types(self) -> list[str]:
@@ -231,11 +293,13 @@ class HostSpec(SpecModel):
 class SwitchSpec(SpecModel):
     """A network switch (or ``count`` of them, named from a template)."""
 
-    name: str
+    name: str = Field(description="switch name, or a template like leaf{i:03d} with count")
     kind: SwitchKind = Field(description="leaf, spine, core, ethernet, wireless_ap, nvswitch")
-    pod: str | None = Field(None, description="pod (aggregation block) of a leaf switch")
-    count: int = Field(1, ge=1, le=65536)
-    start: int = Field(0, ge=0)
+    pod: str | None = Field(
+        None, max_length=MAX_NAME, description="pod (aggregation block) of a leaf switch"
+    )
+    count: int = Field(1, ge=1, le=MAX_SWITCHES, description="replicas of this switch")
+    start: int = Field(0, ge=0, le=10**9, description="first index of the name template")
 
     @field_validator("name")
     @classmethod
@@ -258,10 +322,51 @@ class FabricSpec(SpecModel):
     """A whole fabric: hosts, network switches, and links between them."""
 
     name: Name = Field(description="fabric name")
-    description: str = ""
-    hosts: list[HostSpec] = Field(min_length=1)
-    switches: list[SwitchSpec] = Field(default_factory=list)
-    links: list[LinkSpec] = Field(default_factory=list)
+    description: str = Field("", max_length=4096, description="free text")
+    hosts: list[HostSpec] = Field(min_length=1, description="machines")
+    switches: list[SwitchSpec] = Field(default_factory=list, description="network switches")
+    links: list[LinkSpec] = Field(
+        default_factory=list, description="links between hosts and switches (global ids)"
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> FabricSpec:
+        devices = 0
+        for i, h in enumerate(self.hosts):
+            devices += h.count * sum(g.count for g in h.devices)
+            if devices > MAX_DEVICES:
+                raise ValueError(
+                    f"hosts[{i}] brings the fabric past {MAX_DEVICES:,} devices; "
+                    "split the fabric or model fewer hosts"
+                )
+        switches = sum(s.count for s in self.switches)
+        if switches > MAX_SWITCHES:
+            raise ValueError(f"{switches:,} switches; at most {MAX_SWITCHES:,}")
+        if len(self.links) > MAX_LINKS:
+            raise ValueError(f"{len(self.links):,} links; at most {MAX_LINKS:,}")
+        return self
+
+
+def fabric_json_schema() -> dict[str, Any]:
+    """JSON schema of fabric files, compact forms included.
+
+    Pydantic's schema shows the normalised shape; the short forms people write by hand
+    (``devices: "8xH100-SXM"``, ``nics: "8xIB-NDR"``, a model name alone) are parsed by
+    validators it cannot see, so they are added here.
+    """
+    schema = FabricSpec.model_json_schema()
+    props = schema["$defs"]["HostSpec"]["properties"]
+    for key, ref, example in (
+        ("devices", "DeviceGroupSpec", "8xH100-SXM"),
+        ("nics", "NicSpec", "8xIB-NDR"),
+    ):
+        short = {"type": "string", "examples": [example]}
+        item = {"anyOf": [short, {"$ref": f"#/$defs/{ref}"}]}
+        props[key] = {
+            "anyOf": [short, {"type": "array", "items": item}],
+            "description": props[key].get("description", ""),
+        }
+    return schema
 
 
 __all__ = [
@@ -274,4 +379,5 @@ __all__ = [
     "SwitchSpec",
     "UnknownNameError",
     "expand_names",
+    "fabric_json_schema",
 ]

@@ -1,0 +1,81 @@
+"""The device lifecycle: one transition table, after Ray autoscaler v2's instance table.
+
+A device is UNKNOWN until discovery or a probe says otherwise; READY devices are allocated
+to jobs (ALLOCATED while any share of them is in use); released devices are REFRESHED
+(worker recycled, scratch cleaned) before the next job gets them. Draining lets running work
+finish and admits no new work; UNHEALTHY devices wait for remediation; OFFLINE ones are gone.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from accelnet.statemachine import TransitionTable
+
+
+class DeviceState(StrEnum):
+    """Where a device is in its life."""
+
+    UNKNOWN = "unknown"
+    READY = "ready"
+    ALLOCATED = "allocated"
+    REFRESHING = "refreshing"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    UNHEALTHY = "unhealthy"
+    OFFLINE = "offline"
+
+    def schedulable(self) -> bool:
+        """Whether new work may be placed on the device (READY, or ALLOCATED with room)."""
+        return self in (DeviceState.READY, DeviceState.ALLOCATED)
+
+
+_S = DeviceState
+DEVICE_TRANSITIONS: TransitionTable[DeviceState] = TransitionTable(
+    "device",
+    {
+        _S.UNKNOWN: {
+            _S.READY: "discovered and probed healthy",
+            _S.UNHEALTHY: "discovered but failed its probe",
+            _S.OFFLINE: "discovery lost it before it was ready",
+        },
+        _S.READY: {
+            _S.ALLOCATED: "the scheduler placed work on it",
+            _S.REFRESHING: "an operator asked for a reset",
+            _S.DRAINED: "drained while idle: nothing to wait for",
+            _S.UNHEALTHY: "a health check failed",
+            _S.OFFLINE: "its node or worker went away",
+        },
+        _S.ALLOCATED: {
+            _S.REFRESHING: "its last job released it; clean before reuse",
+            _S.DRAINING: "drain requested while jobs still run on it",
+            _S.UNHEALTHY: "a health check failed under load (its jobs are requeued)",
+            _S.OFFLINE: "its node or worker went away (its jobs are requeued)",
+        },
+        _S.REFRESHING: {
+            _S.READY: "refresh done: worker recycled, scratch cleaned",
+            _S.DRAINED: "refresh done, and a drain was requested meanwhile",
+            _S.UNHEALTHY: "refresh failed",
+            _S.OFFLINE: "its node or worker went away",
+        },
+        _S.DRAINING: {
+            _S.DRAINED: "the last job on it finished",
+            _S.UNHEALTHY: "a health check failed while draining",
+            _S.OFFLINE: "its node or worker went away",
+        },
+        _S.DRAINED: {
+            _S.READY: "undrained by an operator",
+            _S.REFRESHING: "an operator asked for a reset",
+            _S.UNHEALTHY: "a health check failed",
+            _S.OFFLINE: "its node or worker went away",
+        },
+        _S.UNHEALTHY: {
+            _S.REFRESHING: "remediation: reset it and probe again",
+            _S.DRAINED: "an operator takes it out of service",
+            _S.OFFLINE: "its node or worker went away",
+        },
+        _S.OFFLINE: {
+            _S.UNKNOWN: "seen again; probe before use",
+        },
+    },
+)
