@@ -7,7 +7,6 @@ plain YAML loaders silently resolve to the last one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -24,80 +23,12 @@ from accelnet.fabric.catalog import (
     link_type,
     with_lanes,
 )
-from accelnet.fabric.errors import FabricSpecError, SpecIssue, format_path
+from accelnet.fabric.errors import FabricSpecError, SpecIssue
 from accelnet.fabric.fabric import Fabric, FabricBuilder, FabricError
 from accelnet.fabric.layout import LayoutError, Slot, make_layout
 from accelnet.fabric.model import DeviceModel, HostLayout, LinkType
 from accelnet.fabric.spec import DeviceGroupSpec, FabricSpec, HostSpec, LinkSpec
-
-MAX_SPEC_BYTES = 16 * 1024 * 1024
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if not isinstance(key, str | int | float | bool) and key is not None:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping",
-                node.start_mark,
-                f"a key must be a plain value, not {type(key).__name__}",
-                key_node.start_mark,
-            )
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping",
-                node.start_mark,
-                f"duplicate key {key!r} (first on line {seen[key] + 1})",
-                key_node.start_mark,
-            )
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
-def _line_of(node: yaml.Node | None, loc: Sequence[str | int]) -> int | None:
-    """1-based line of the deepest YAML node that ``loc`` reaches."""
-    line = None
-    for part in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        nxt: yaml.Node | None = None
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if k.value == part:
-                    nxt = v
-                    line = k.start_mark.line + 1
-                    break
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            nxt = node.value[part] if 0 <= part < len(node.value) else None
-        node = nxt
-    if node is not None:
-        line = node.start_mark.line + 1
-    return line
-
-
-def _data_path(data: Any, loc: Sequence[str | int]) -> tuple[list[str | int], Any]:
-    """The parts of a pydantic ``loc`` that index into ``data``, and the value there."""
-    kept: list[str | int] = []
-    cur = data
-    for part in loc:
-        in_dict = isinstance(cur, dict) and part in cur
-        in_list = isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)
-        if in_dict or in_list:
-            cur = cur[part]
-            kept.append(part)
-    return kept, cur
+from accelnet.specio import parse_text, read_text, validation_issues
 
 
 def parse_spec(data: Any, source: str, node: yaml.Node | None = None) -> FabricSpec:
@@ -109,89 +40,15 @@ def parse_spec(data: Any, source: str, node: yaml.Node | None = None) -> FabricS
     try:
         return FabricSpec.model_validate(data)
     except ValidationError as exc:
-        issues = []
-        for err in exc.errors(include_url=False):
-            kept, value = _data_path(data, err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                value = None
-                msg = f"unknown key (allowed here: {_allowed(kept[:-1])})"
-            elif err["type"] == "missing":
-                kept = [*kept, str(err["loc"][-1])]
-                value = None
-            elif isinstance(value, dict):
-                value = None  # a problem of the whole entry: the message says which keys
-            issues.append(SpecIssue(format_path(kept), msg, value, _line_of(node, kept)))
-        raise FabricSpecError(source, issues) from None
-
-
-def _allowed(parent: Sequence[str | int]) -> str:
-    model: Any = FabricSpec
-    for part in parent:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part)
-        if field is None:
-            break
-        ann = field.annotation
-        for cand in getattr(ann, "__args__", (ann,)):
-            inner = getattr(cand, "__args__", (cand,))[0]
-            if hasattr(inner, "model_fields"):
-                model = inner
-                break
-    return ", ".join(model.model_fields)
+        raise FabricSpecError(source, validation_issues(exc, data, node, FabricSpec)) from None
 
 
 def load_spec(path: str | Path) -> FabricSpec:
     """Read and validate a YAML or JSON fabric file."""
     source = str(path)
-    try:
-        with Path(path).open("rb") as f:  # bounded: st_size lies for /dev/zero and pipes
-            raw = f.read(MAX_SPEC_BYTES + 1)
-        if len(raw) > MAX_SPEC_BYTES:
-            raise FabricSpecError(source, [SpecIssue("", "file is larger than 16 MiB")])
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FabricSpecError(source, [SpecIssue("", f"cannot read: {exc}")]) from None
-    data, node = parse_text(text, source, as_json=str(path).lower().endswith(".json"))
+    text = read_text(path, FabricSpecError)
+    data, node = parse_text(text, source, FabricSpecError, source.lower().endswith(".json"))
     return parse_spec(data, source, node)
-
-
-def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def parse_text(text: str, source: str, as_json: bool = False) -> tuple[Any, yaml.Node | None]:
-    """Parse YAML (or JSON) text; FabricSpecError naming the line for anything malformed.
-
-    Rejects duplicate keys, unhashable (complex) keys and absurd nesting, none of which a
-    plain loader reports well.
-    """
-    node: yaml.Node | None = None
-    try:
-        if as_json:
-            return json.loads(text, object_pairs_hook=_unique_json_object), None
-        node = yaml.compose(text, Loader=_UniqueKeyLoader)
-        return yaml.load(text, Loader=_UniqueKeyLoader), node
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise FabricSpecError(
-            source, [SpecIssue("", f"not valid YAML: {exc}", None, line)]
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise FabricSpecError(
-            source, [SpecIssue("", f"not valid JSON: {exc.msg}", None, exc.lineno)]
-        ) from None
-    except RecursionError:
-        raise FabricSpecError(source, [SpecIssue("", "nested too deeply")]) from None
-    except (TypeError, ValueError) as exc:  # unhashable YAML keys, duplicate JSON keys
-        raise FabricSpecError(source, [SpecIssue("", f"not a valid spec: {exc}")]) from None
 
 
 def load_fabric_file(path: str | Path) -> Fabric:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from accelnet.fabric.catalog import UnknownNameError, device_models, find_device_model, link_type
 from accelnet.fabric.layout import NVLinkStyle
 from accelnet.fabric.model import DeviceKind, LinkMedium, Precision, SwitchKind
+from accelnet.specio import SpecModel
 
 _COUNT_FORM = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\S.*?)\s*$")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
@@ -33,14 +34,6 @@ MAX_SWITCHES = 65_536
 MAX_LINKS = 1_048_576
 
 Name = Annotated[str, Field(pattern=_NAME, max_length=128)]
-
-
-class SpecModel(BaseModel):
-    """Base of every spec: unknown keys are errors, values are immutable."""
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
-    )
 
 
 def _split_count(value: Any, key: str) -> Any:
