@@ -70,6 +70,11 @@ def _cpu_mode(value: str) -> CpuMode:
     )
 
 
+def load_or_exit(ref: str | None, cpu: str) -> Fabric:
+    """The fabric ``ref`` names; prints the error and exits (1 invalid, 2 unknown) if none."""
+    return _load(ref, cpu)
+
+
 def _load(ref: str | None, cpu: str) -> Fabric:
     try:
         if ref is None or ref == "local":

@@ -6,6 +6,7 @@ import typer
 
 from accelnet.cli.demo import demo
 from accelnet.cli.fabric_cmd import fabric_app
+from accelnet.cli.plan_cmd import plan
 
 app = typer.Typer(
     name="accelnet",
@@ -16,6 +17,7 @@ app = typer.Typer(
 )
 app.add_typer(fabric_app, name="fabric")
 app.command("demo")(demo)
+app.command("plan")(plan)
 
 
 def main() -> None:

@@ -1,0 +1,79 @@
+"""``accelnet plan FABRIC JOB.yaml...``: where each job would go, and why others wait.
+
+Nothing runs: the jobs are queued in the order given on an idle fabric and the scheduler
+makes one decision.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit
+from accelnet.fabric import UnknownNameError
+from accelnet.sched import JobState, JobView, Scheduler, Snapshot
+from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
+from accelnet.sched.spec import JobSpec
+
+
+def plan(
+    fabric: Annotated[str, typer.Argument(help="preset, generator, fabric file, or 'local'")],
+    job_files: Annotated[list[str], typer.Argument(help="job files (YAML or JSON)")],
+    as_json: JsonOpt = False,
+    ordering: Annotated[str, typer.Option(help="fifo or priority")] = "fifo",
+    placement: Annotated[str, typer.Option(help="best-fit or first-fit")] = "best-fit",
+    preemption: Annotated[str, typer.Option(help="none or priority")] = "none",
+    cpu_devices: CpuOpt = "per-core",
+) -> None:
+    """Plan jobs on a fabric without running them: placements and reasons to wait."""
+    fab = load_or_exit(fabric, cpu_devices)
+    try:
+        scheduler = Scheduler(ordering, placement, preemption)
+    except UnknownNameError as exc:
+        fail(exc, 2)
+    topo = scheduler.topology(fab)
+    specs: list[JobSpec] = []
+    for path in job_files:
+        try:
+            jobs = load_jobs(path)
+            check_runnable(jobs, topo, path)
+        except JobSpecError as exc:
+            fail(exc, 1)
+        specs += jobs
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        fail(f"job names must be unique across files: {', '.join(dupes)}", 1)
+    views = tuple(
+        JobView(s.name, s, JobState.ADMITTED, submitted_at=float(i)) for i, s in enumerate(specs)
+    )
+    decision = scheduler.decide(Snapshot.all_ready(fab, views))
+    if as_json:
+        data = {"fabric": fab.name, "jobs": names, **decision.to_json()}
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        return
+    started = {s.job: s.placement for s in decision.starts}
+    table = Table(title=f"plan on {fab.name} ({ordering}, {placement})", box=None)
+    for col in ("job", "", "devices", "model", "span", "why"):
+        table.add_column(col, overflow="fold")
+    for s in specs:
+        p = started.get(s.name)
+        if p is not None:
+            devs = (
+                ", ".join(p.devices)
+                if len(p.devices) <= 4
+                else (f"{', '.join(p.devices[:3])}, ... ({len(p.devices)})")
+            )
+            share = "" if p.share == 1 else f" x {p.share:g}"
+            table.add_row(Text(s.name), Text("start", "green"), Text(devs + share),
+                          Text(p.model), Text(p.span.value), Text(""))  # fmt: skip
+        else:
+            table.add_row(Text(s.name), Text("wait", "yellow"), Text(""), Text(""), Text(""),
+                          Text(decision.waiting.get(s.name, "")))  # fmt: skip
+    Console().print(table)

@@ -1,0 +1,162 @@
+"""Placement strategies: which exact devices a gang gets.
+
+All-or-nothing: a strategy returns every device of the gang or nothing. ``best-fit`` puts a
+gang in the tightest domain level the job allows and, at that level, in the domain with the
+fewest free devices that still fit it, so large free domains stay whole for large jobs
+(Slurm's topology/tree and Kueue's TAS do the same). ``first-fit`` takes the first domain
+that fits, in fabric order: a baseline. Fractional shares are packed onto the partly used
+device with the least room that fits (best fit), and a fresh device is taken from the most
+crowded NVLink domain.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from accelnet.fabric import DomainLevel
+from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.registry import Registry
+from accelnet.sched.request import Request
+from accelnet.sched.snapshot import Placement
+from accelnet.sched.topology import LEVEL_NAMES, LEVELS, DeviceClass
+
+
+class PlacementStrategy(ABC):
+    """Chooses devices for a request on a capacity index; never changes the index."""
+
+    name = "?"
+
+    @abstractmethod
+    def pick_domain(self, index: CapacityIndex, cls: str, level: DomainLevel, k: int) -> str | None:
+        """A domain at ``level`` with at least ``k`` wholly free ``cls`` devices, or None."""
+
+    def place(self, req: Request, index: CapacityIndex) -> Placement | None:
+        """Devices for the whole gang, or None if it does not fit now."""
+        if req.share < 1:
+            return self._place_share(req, index)
+        allowed = LEVELS if req.required is None else LEVELS[: LEVELS.index(req.required) + 1]
+        fallback: tuple[int, int, DeviceClass, DomainLevel, str] | None = None
+        for rank, cls in enumerate(req.classes):
+            if index.total_whole(cls.key) < req.count:
+                continue
+            for level in allowed:
+                dom = self.pick_domain(index, cls.key, level, req.count)
+                if dom is None:
+                    continue
+                good = req.preferred is None or LEVELS.index(level) <= LEVELS.index(req.preferred)
+                if good:
+                    return self._realise(index, cls, level, dom, req.count)
+                cand = (LEVELS.index(level), rank, cls, level, dom)
+                if fallback is None or cand[:2] < fallback[:2]:
+                    fallback = cand
+                break
+        if fallback is None:
+            return None
+        _, _, cls, level, dom = fallback
+        return self._realise(index, cls, level, dom, req.count)
+
+    def _realise(
+        self, index: CapacityIndex, cls: DeviceClass, level: DomainLevel, dom: str, k: int
+    ) -> Placement:
+        devices = tuple(gather(index, cls.key, level, dom, k))
+        return Placement(devices, 1.0, cls.model.name, level)
+
+    def _place_share(self, req: Request, index: CapacityIndex) -> Placement | None:
+        for cls in req.classes:
+            dev = index.best_partial(cls.key, req.share)
+            if dev is None:
+                dom = index.best_fit(cls.key, DomainLevel.NVLINK, 1)
+                if dom is None:
+                    continue
+                dev = gather(index, cls.key, DomainLevel.NVLINK, dom, 1)[0]
+            return Placement((dev,), req.share, cls.model.name, DomainLevel.NVLINK)
+        return None
+
+
+def gather(index: CapacityIndex, cls: str, level: DomainLevel, dom: str, k: int) -> list[str]:
+    """``k`` wholly free ``cls`` devices inside ``dom`` (which has at least ``k``).
+
+    Inside, a single child domain that fits is used (the fullest such, best fit); otherwise
+    the fullest children are taken whole and the remainder goes to the best-fitting child,
+    so the gang spans as few child domains as possible.
+    """
+    topo = index.topo
+    if level is DomainLevel.NVLINK:
+        whole = 1.0 - 1e-9
+        members = topo.children[level][dom]
+        free = [d for d in members if topo.class_of[d].key == cls and index.free.get(d, 0) >= whole]
+        return free[:k]
+    below = LEVELS[LEVELS.index(level) - 1]
+    kids = [
+        (index.whole_free(cls, below, c), i, c) for i, c in enumerate(topo.children[level][dom])
+    ]
+    kids = [x for x in kids if x[0] > 0]
+    fits = [x for x in kids if x[0] >= k]
+    if fits:
+        _, _, child = min(fits)
+        return gather(index, cls, below, child, k)
+    kids.sort(key=lambda x: (-x[0], x[1]))
+    out: list[str] = []
+    remaining = k
+    for pos, (n, _, child) in enumerate(kids):
+        rest = [x for x in kids[pos:] if x[0] >= remaining]
+        if rest:  # the remainder fits in one child: take the tightest such
+            _, _, last = min(rest)
+            return out + gather(index, cls, below, last, remaining)
+        out += gather(index, cls, below, child, n)
+        remaining -= n
+    raise AssertionError(f"{dom} counted {k} free {cls} devices but has fewer")
+
+
+def explain(req: Request, index: CapacityIndex) -> str:
+    """A sentence a person can act on: what the job needs and what is free."""
+    if not req.classes:
+        return "no device in the fabric matches its resources"
+    parts = []
+    for cls in req.classes:
+        if req.share < 1:
+            room = index.max_partial(cls.key)
+            whole = index.total_whole(cls.key)
+            parts.append(
+                f"needs {req.what(cls)}; no {cls.model.name} has {req.share:g} free "
+                f"(largest free share {room:g}, {whole} wholly free)"
+            )
+            continue
+        free = index.total_whole(cls.key)
+        total = index.topo.largest(cls.key, DomainLevel.FABRIC)
+        if free < req.count:
+            parts.append(f"needs {req.what(cls)}; {free} of {total} free")
+            continue
+        level = req.required or DomainLevel.FABRIC
+        dom, most = index.largest(cls.key, level)
+        where = f" (on {index.topo.host_of_domain(level, dom)})" if dom else ""
+        parts.append(
+            f"needs {req.what(cls)} in one {LEVEL_NAMES[level]}; "
+            f"largest free {LEVEL_NAMES[level]} has {most}{where}"
+        )
+    return "; or ".join(parts)
+
+
+class BestFit(PlacementStrategy):
+    """Tightest level, then the domain with the fewest free devices that fit."""
+
+    name = "best-fit"
+
+    def pick_domain(self, index: CapacityIndex, cls: str, level: DomainLevel, k: int) -> str | None:
+        """See :meth:`PlacementStrategy.pick_domain`."""
+        return index.best_fit(cls, level, k)
+
+
+class FirstFit(PlacementStrategy):
+    """Tightest level, then the first domain in fabric order that fits."""
+
+    name = "first-fit"
+
+    def pick_domain(self, index: CapacityIndex, cls: str, level: DomainLevel, k: int) -> str | None:
+        """See :meth:`PlacementStrategy.pick_domain`."""
+        return index.first_fit(cls, level, k)
+
+
+PLACEMENTS: Registry[PlacementStrategy] = Registry(
+    "placement strategy", {"best-fit": BestFit, "first-fit": FirstFit}
+)

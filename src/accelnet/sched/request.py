@@ -1,0 +1,162 @@
+"""From a job spec to a placement request: which device classes may serve it, best first.
+
+Also answers whether a job can *ever* run on a fabric (admission): an unknown model, a
+memory floor no device meets, or a gang larger than any domain the topology allows is
+rejected with the spec key and value that cause it, instead of queueing forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accelnet.fabric import DomainLevel, Precision
+from accelnet.fabric.catalog import find_device_model
+from accelnet.sched.spec import JobSpec
+from accelnet.sched.topology import LEVEL_NAMES, DeviceClass, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A gang to place: ``count`` devices (or ``share`` of one) of one of ``classes``."""
+
+    job: str
+    classes: tuple[DeviceClass, ...]
+    count: int
+    share: float
+    required: DomainLevel | None
+    preferred: DomainLevel | None
+
+    def what(self, cls: DeviceClass | None = None) -> str:
+        """``8 x H100-SXM`` (or ``0.25 of a T4``) for messages."""
+        name = (
+            cls.model.name if cls else "|".join(dict.fromkeys(c.model.name for c in self.classes))
+        )
+        if self.share < 1:
+            return f"{self.share:g} of a {name}"
+        return f"{self.count} x {name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a job can never run here: the spec key, its value, and a sentence."""
+
+    key: str
+    value: object
+    message: str
+
+
+def canonical_models(spec: JobSpec, topo: Topology) -> tuple[list[str], list[str]]:
+    """(model names the fabric knows them by, names matching nothing) for the job's list."""
+    here = {c.model.name.lower(): c.model.name for c in topo.classes.values()}
+    known, unknown = [], []
+    for name in spec.resources.accelerators.models:
+        found = find_device_model(name)
+        canon = found.name if found is not None else here.get(name.lower())
+        if canon is None:
+            unknown.append(name)
+        else:
+            known.append(canon)
+    return known, unknown
+
+
+def _speed(cls: DeviceClass, spec: JobSpec) -> tuple[float, float]:
+    hint = spec.workload.throughput
+    measured = hint.get(cls.model.name, 0.0)
+    if not measured:
+        for name, value in hint.items():
+            found = find_device_model(name)
+            if found is not None and found is cls.model:
+                measured = value
+    m = cls.model
+    peak = max(m.tflops(Precision.BF16), m.tflops(Precision.FP16), m.tflops(Precision.FP32))
+    return measured, peak
+
+
+def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
+    """Classes that satisfy models, kind and memory, best first.
+
+    Listed models keep the user's order (smaller memory first within a model, to keep big
+    devices for jobs that need them); for ``any``, faster first: measured throughput from
+    the workload hints, then peak FLOP/s.
+    """
+    res = spec.resources
+    req = res.accelerators
+    wanted, _ = canonical_models(spec, topo)
+    out = []
+    for c in topo.classes.values():
+        if wanted and c.model.name not in wanted:
+            continue
+        if res.kind is not None and c.model.kind is not res.kind:
+            continue
+        if res.min_memory_gb is not None and c.memory_gb * req.share < res.min_memory_gb - 1e-9:
+            continue
+        out.append(c)
+    if wanted:
+        out.sort(key=lambda c: (wanted.index(c.model.name), c.memory_gb, c.key))
+    else:
+        out.sort(key=lambda c: (*(-x for x in _speed(c, spec)), c.memory_gb, c.key))
+    return tuple(out)
+
+
+def make_request(job_id: str, spec: JobSpec, topo: Topology) -> Request:
+    """The placement request of a job (its classes may be empty: see :func:`rejection`)."""
+    acc = spec.resources.accelerators
+    return Request(
+        job=job_id,
+        classes=eligible_classes(spec, topo),
+        count=acc.count,
+        share=acc.share,
+        required=spec.topology.required.domain if spec.topology.required else None,
+        preferred=spec.topology.preferred.domain if spec.topology.preferred else None,
+    )
+
+
+def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
+    """Why ``spec`` can never run on this fabric, or None if it can (on an empty fabric)."""
+    fabric = topo.fabric
+    acc = spec.resources.accelerators
+    here = sorted({c.model.name for c in topo.classes.values()})
+    _, unknown = canonical_models(spec, topo)
+    key = "resources.accelerators"
+    if unknown:
+        return Rejection(
+            key,
+            ", ".join(unknown),
+            f"fabric {fabric.name!r} has no {', '.join(unknown)}; models here: {', '.join(here)}",
+        )
+    wanted, _ = canonical_models(spec, topo)
+    if wanted and not any(c.model.name in wanted for c in topo.classes.values()):
+        return Rejection(
+            key,
+            "|".join(wanted),
+            f"fabric {fabric.name!r} has no {'|'.join(wanted)}; models here: {', '.join(here)}",
+        )
+    classes = eligible_classes(spec, topo)
+    if not classes:
+        res = spec.resources
+        if res.min_memory_gb is not None:
+            biggest = max(c.memory_gb * acc.share for c in topo.classes.values())
+            return Rejection(
+                "resources.min_memory_gb",
+                res.min_memory_gb,
+                f"no matching device has {res.min_memory_gb:g} GB; the most is {biggest:g} GB",
+            )
+        return Rejection("resources.kind", res.kind, f"fabric {fabric.name!r} has no such device")
+    total = max(topo.largest(c.key, DomainLevel.FABRIC) for c in classes)
+    if acc.count > total:
+        names = "|".join(dict.fromkeys(c.model.name for c in classes))
+        return Rejection(
+            key, acc.describe(), f"needs {acc.count} x {names}; the fabric has at most {total}"
+        )
+    required = spec.topology.required
+    if required is not None:
+        level = required.domain
+        most = max(topo.largest(c.key, level) for c in classes)
+        if acc.count > most:
+            return Rejection(
+                "topology.required",
+                required.value,
+                f"needs {acc.count} devices in one {LEVEL_NAMES[level]}; "
+                f"the largest here has {most}",
+            )
+    return None

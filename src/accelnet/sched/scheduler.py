@@ -1,0 +1,180 @@
+"""``Scheduler.decide(snapshot) -> Decision``: pure, deterministic, explained.
+
+One decision walks the queue in the ordering policy's order and, for each job, checks its
+tenant's quota, asks the placement strategy for exact devices, and either starts it (the
+devices are taken from the capacity index at once, so later jobs see them as used) or
+records why it waits; a job that does not fit may preempt lower-priority work under the
+preemption rule. The live controller and the simulator call the very same object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from accelnet.fabric import Fabric
+from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.jobstate import JobState
+from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
+from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, explain
+from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, release
+from accelnet.sched.request import Request, make_request, rejection
+from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Snapshot, Start
+from accelnet.sched.topology import Topology
+
+_USABLE = frozenset({"ready", "allocated"})
+
+
+class Scheduler:
+    """Ordering policy + placement strategy + preemption rule, by name or instance.
+
+    Keeps one piece of state between calls: the :class:`Topology` of the last fabric it
+    saw (a cache; it never changes a decision).
+    """
+
+    def __init__(
+        self,
+        ordering: str | OrderingPolicy = "fifo",
+        placement: str | PlacementStrategy = "best-fit",
+        preemption: str | PreemptionRule = "none",
+        **params: Any,
+    ) -> None:
+        self.ordering = (
+            ORDERINGS.create(ordering, **params) if isinstance(ordering, str) else ordering
+        )
+        self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
+        self.preemption = (
+            PREEMPTIONS.create(preemption) if isinstance(preemption, str) else preemption
+        )
+        self._topology: Topology | None = None
+
+    def topology(self, fabric: Fabric) -> Topology:
+        """The (cached) topology of ``fabric``."""
+        if self._topology is None or self._topology.fabric is not fabric:
+            self._topology = Topology(fabric)
+        return self._topology
+
+    def capacity(self, snapshot: Snapshot) -> CapacityIndex:
+        """Free capacity in ``snapshot``: schedulable devices minus what jobs hold."""
+        topo = self.topology(snapshot.fabric)
+        free = {
+            d: 1.0 for d, s in snapshot.devices.items() if s.value in _USABLE and d in topo.order
+        }
+        for job in snapshot.jobs:
+            if job.state.holds_devices() and job.placement is not None:
+                for d in job.placement.devices:
+                    if d in free:
+                        free[d] = max(0.0, free[d] - job.placement.share)
+        return CapacityIndex(topo, free)
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """Starts, preemptions and reasons for ``snapshot``; no I/O, no clock."""
+        topo = self.topology(snapshot.fabric)
+        index = self.capacity(snapshot)
+        running = [j for j in snapshot.jobs if j.state.holds_devices() and j.placement]
+        usage = _usage(running)
+        starts: list[Start] = []
+        preemptions: list[Preempt] = []
+        waiting: dict[str, str] = {}
+        victims_taken: set[str] = set()
+        pending_release = [j for j in running if j.state is JobState.PREEMPTING]
+        for job in snapshot.jobs:
+            if job.state is JobState.PENDING:
+                waiting[job.id] = "waiting for admission"
+        for job in self.ordering.order(snapshot, queued_jobs(snapshot)):
+            never = rejection(job.spec, topo)
+            if never is not None:
+                waiting[job.id] = f"can never run here: {never.message}"
+                continue
+            req, quota_note = _within_quota(
+                job, make_request(job.id, job.spec, topo), snapshot, usage
+            )
+            if quota_note is not None:
+                waiting[job.id] = quota_note
+                continue
+            placed = self.placement.place(req, index)
+            if placed is not None:
+                index.take_all(placed.devices, placed.share)
+                starts.append(Start(job.id, placed))
+                _charge(usage, job.spec.tenant, placed)
+                continue
+            reason = explain(req, index)
+            if self._fits_after(req, index, pending_release):
+                waiting[job.id] = f"{reason}; waiting for preempted jobs to release devices"
+                continue
+            others = [v for v in running if v.id not in victims_taken]
+            victims = self.preemption.victims(job, req, index, others, self.placement)
+            if victims:
+                names = ", ".join(v.id for v in victims)
+                for v in victims:
+                    victims_taken.add(v.id)
+                    preemptions.append(
+                        Preempt(
+                            v.id,
+                            job.id,
+                            f"preempted for {job.id} (priority {job.priority} > {v.priority})"
+                            f", which {reason}",
+                        )
+                    )
+                pending_release += victims
+                waiting[job.id] = f"{reason}; preempting {names}"
+            else:
+                waiting[job.id] = reason
+        return Decision(
+            tuple(starts), tuple(preemptions), waiting, self.ordering.time_shares(snapshot)
+        )
+
+    def _fits_after(self, req: Request, index: CapacityIndex, leaving: list[JobView]) -> bool:
+        if not leaving:
+            return False
+        mark = index.mark()
+        for job in leaving:
+            release(index, job)
+        fits = self.placement.place(req, index) is not None
+        index.rollback(mark)
+        return fits
+
+
+def _usage(running: list[JobView]) -> dict[str, dict[str, float]]:
+    usage: dict[str, dict[str, float]] = {}
+    for job in running:
+        assert job.placement is not None
+        _charge(usage, job.spec.tenant, job.placement)
+    return usage
+
+
+def _charge(usage: dict[str, dict[str, float]], tenant: str, p: Placement) -> None:
+    per = usage.setdefault(tenant, {})
+    amount = len(p.devices) * p.share
+    per[p.model] = per.get(p.model, 0.0) + amount
+    per["*"] = per.get("*", 0.0) + amount
+
+
+def _within_quota(
+    job: JobView, req: Request, snapshot: Snapshot, usage: Mapping[str, Mapping[str, float]]
+) -> tuple[Request, str | None]:
+    """``req`` narrowed to the classes the tenant's quota still allows, or a reason."""
+    tenant = snapshot.tenants.get(job.spec.tenant)
+    if tenant is None or not tenant.quota:
+        return req, None
+    used = usage.get(job.spec.tenant, {})
+    amount = req.count * req.share
+    total = tenant.quota.get("*")
+    if total is not None and used.get("*", 0.0) + amount > total + 1e-9:
+        return req, (
+            f"tenant {tenant.name} quota is {total:g} devices; {used.get('*', 0.0):g} in use, "
+            f"needs {amount:g} more"
+        )
+    allowed, blocked = [], []
+    for cls in req.classes:
+        limit = tenant.quota.get(cls.model.name)
+        if limit is not None and used.get(cls.model.name, 0.0) + amount > limit + 1e-9:
+            blocked.append(f"{cls.model.name} {limit:g} ({used.get(cls.model.name, 0.0):g} in use)")
+        else:
+            allowed.append(cls)
+    if blocked and not allowed:
+        return req, (
+            f"tenant {tenant.name} quota reached: {', '.join(blocked)}; needs {amount:g} more"
+        )
+    return replace(req, classes=tuple(allowed)), None

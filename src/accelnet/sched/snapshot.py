@@ -1,0 +1,144 @@
+"""What the scheduler sees (a :class:`Snapshot`) and what it answers (a :class:`Decision`).
+
+Both are immutable values: the controller builds a snapshot from its store and the clock,
+the simulator builds one from its virtual state; neither the scheduler nor its policies do
+any I/O or read a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import DomainLevel, Fabric
+from accelnet.sched.jobstate import JobState
+from accelnet.sched.spec import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Exact devices for a job: each gets ``share`` of one device (1.0 = the whole device).
+
+    ``span`` is the tightest domain level holding all of them.
+    """
+
+    devices: tuple[str, ...]
+    share: float
+    model: str
+    span: DomainLevel
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "devices": list(self.devices),
+            "share": self.share,
+            "model": self.model,
+            "span": self.span.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as the scheduler sees it."""
+
+    id: str
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    attempts: int = 0
+    started_at: float | None = None
+    placement: Placement | None = None
+
+    @property
+    def priority(self) -> int:
+        """The spec's priority."""
+        return self.spec.priority
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant's weight (fair-share policies) and quota: devices per model (``*``: all)."""
+
+    name: str
+    weight: float = 1.0
+    quota: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one decision depends on.
+
+    ``devices`` maps every device id to its lifecycle state (a device missing from it is
+    not schedulable); ``jobs`` holds the queued jobs and those holding devices; device use
+    is derived from the latter, so it can never disagree with them.
+    """
+
+    fabric: Fabric
+    now: float
+    devices: Mapping[str, DeviceState]
+    jobs: tuple[JobView, ...]
+    tenants: Mapping[str, Tenant] = field(default_factory=lambda: MappingProxyType({}))
+    seed: int = 0
+
+    @staticmethod
+    def all_ready(
+        fabric: Fabric,
+        jobs: tuple[JobView, ...] = (),
+        now: float = 0.0,
+        tenants: Mapping[str, Tenant] | None = None,
+    ) -> Snapshot:
+        """A snapshot where every device is READY (ALLOCATED where jobs hold it)."""
+        held = {d for j in jobs if j.state.holds_devices() and j.placement
+                for d in j.placement.devices}  # fmt: skip
+        states = {
+            d: DeviceState.ALLOCATED if d in held else DeviceState.READY for d in fabric.devices
+        }
+        return Snapshot(fabric, now, states, jobs, MappingProxyType(dict(tenants or {})))
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start ``job`` on ``placement``."""
+
+    job: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop ``job`` (checkpoint if it can) so that ``for_job`` can run; ``reason`` says why."""
+
+    job: str
+    for_job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Starts, preemptions, and a reason for every job left waiting.
+
+    ``time_shares`` is for round-based policies (Gavel-style): the fraction of time each job
+    should get on each device model; None when the policy does not think in shares.
+    """
+
+    starts: tuple[Start, ...]
+    preemptions: tuple[Preempt, ...]
+    waiting: Mapping[str, str]
+    time_shares: Mapping[str, Mapping[str, float]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable JSON form (schema ``accelnet.decision/v1``)."""
+        return {
+            "schema": "accelnet.decision/v1",
+            "starts": [{"job": s.job, **s.placement.to_json()} for s in self.starts],
+            "preemptions": [
+                {"job": p.job, "for_job": p.for_job, "reason": p.reason} for p in self.preemptions
+            ],
+            "waiting": dict(self.waiting),
+            "time_shares": None
+            if self.time_shares is None
+            else {j: dict(s) for j, s in self.time_shares.items()},
+        }

@@ -1,0 +1,227 @@
+"""Job specs: what a user asks for, validated with pydantic (``extra="forbid"``).
+
+A job file reads like a SkyPilot or dstack task::
+
+    name: train-resnet
+    tenant: vision
+    priority: 5
+    resources:
+      accelerators: "H100:8"     # or "any:2", "T4:0.25", {any_of: [A100-80GB, H100], count: 4}
+      min_memory_gb: 40
+    topology: {required: nvlink}        # or {preferred: host}
+    run: python train.py --epochs 3     # or entrypoint: {function: "pkg.mod:main", args: [1]}
+    workload: {category: training, total_steps: 10000, throughput: {H100-SXM: 12.5}}
+    max_retries: 2
+    checkpointable: true
+
+``accelnet job schema`` prints the JSON schema; docs/job-spec.md describes every key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from accelnet.fabric.model import DeviceKind, DomainLevel
+from accelnet.specio import SpecModel
+
+_NAME = r"^[\w][\w.-]*$"
+_FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_ANY = "any"
+
+
+class TopologyLevel(StrEnum):
+    """How close a job's devices must (or should) be; ``any`` is the whole fabric."""
+
+    NVLINK = "nvlink"
+    HOST = "host"
+    LEAF = "leaf"
+    POD = "pod"
+    ANY = "any"
+
+    @property
+    def domain(self) -> DomainLevel:
+        """The placement domain level this topology level means."""
+        return DomainLevel.FABRIC if self is TopologyLevel.ANY else DomainLevel(self.value)
+
+
+class Category(StrEnum):
+    """What kind of work a job is (policies and reports use it)."""
+
+    TRAINING = "training"
+    INFERENCE = "inference"
+    RENDERING = "rendering"
+    DATA = "data"
+    VIDEO = "video"
+    OTHER = "other"
+
+
+def _parse_accelerators(value: Any) -> Any:
+    """``"H100:8"``, ``"any:2"``, ``"T4:0.25"``, ``"H100"`` -> the mapping form."""
+    if isinstance(value, dict) and "any_of" in value:
+        value = {**value, "models": value["any_of"]}
+        del value["any_of"]
+        return value
+    if not isinstance(value, str):
+        return value
+    model, sep, amount = value.strip().rpartition(":")
+    if not sep:
+        model, amount = amount, "1"
+    if not model:
+        raise ValueError(f"{value!r}: write MODEL:COUNT, e.g. H100:8, any:2 or T4:0.25")
+    models = [] if model.lower() == _ANY else [m.strip() for m in model.split("|")]
+    try:
+        number = float(amount)
+    except ValueError:
+        raise ValueError(f"{value!r}: {amount!r} is not a number of devices") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{value!r}: the count must be at least 1 (or a share in (0, 1))")
+    if number < 1:
+        return {"models": models, "count": 1, "share": number}
+    if number != int(number):
+        raise ValueError(
+            f"{value!r}: a count is a whole number of devices (8) and a share is a part of "
+            "one device below 1 (0.25); not both"
+        )
+    return {"models": models, "count": int(number)}
+
+
+class AcceleratorRequest(SpecModel):
+    """How many devices of which models; ``share`` < 1 asks for part of one device."""
+
+    models: tuple[Annotated[str, Field(min_length=1, max_length=128)], ...] = Field(
+        (), description="acceptable device models, in order of preference; empty = any"
+    )
+    count: int = Field(1, ge=1, le=65536, description="devices in the gang")
+    share: float = Field(1.0, gt=0, le=1, description="part of one device (with its memory)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        return _parse_accelerators(value)
+
+    @model_validator(mode="after")
+    def _share_of_one(self) -> AcceleratorRequest:
+        if self.share < 1 and self.count != 1:
+            raise ValueError("a fractional share is part of one device: count must be 1")
+        return self
+
+    def describe(self) -> str:
+        """``8 x H100``, ``0.25 of a T4``, ``2 x any``."""
+        models = "|".join(self.models) or "any"
+        if self.share < 1:
+            return f"{self.share:g} of a {models}"
+        return f"{self.count} x {models}"
+
+
+class ResourcesSpec(SpecModel):
+    """The devices a job needs."""
+
+    accelerators: AcceleratorRequest = Field(
+        default_factory=AcceleratorRequest,
+        description='"H100:8", "any:2", "T4:0.25" or {any_of: [...], count: N}',
+    )
+    kind: DeviceKind | None = Field(None, description="gpu, tpu, npu, cpu or fpga")
+    min_memory_gb: float | None = Field(None, gt=0, description="memory per device (or share)")
+
+
+class TopologySpec(SpecModel):
+    """Like Kueue's topology-aware scheduling: a level the gang must or should fit in."""
+
+    required: TopologyLevel | None = Field(None, description="never placed wider than this")
+    preferred: TopologyLevel | None = Field(None, description="placed this tight if possible")
+
+    @model_validator(mode="after")
+    def _preferred_within_required(self) -> TopologySpec:
+        order = list(TopologyLevel)
+        if (
+            self.required
+            and self.preferred
+            and (order.index(self.preferred) > order.index(self.required))
+        ):
+            raise ValueError(
+                f"preferred {self.preferred.value} is looser than required {self.required.value}"
+            )
+        return self
+
+
+class EntrypointSpec(SpecModel):
+    """A Python function to call: ``package.module:function`` with arguments."""
+
+    function: str = Field(max_length=256, description="module:function")
+    args: list[Any] = Field(default_factory=list, description="positional arguments")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+
+    @field_validator("function")
+    @classmethod
+    def _importable(cls, v: str) -> str:
+        if not _FUNCTION.match(v):
+            raise ValueError(f"{v!r} is not module:function (e.g. mypkg.train:main)")
+        return v
+
+
+class WorkloadSpec(SpecModel):
+    """Hints that policies use: what the job is and how fast it runs where."""
+
+    category: Category = Field(Category.OTHER, description="training, inference, ...")
+    type: str | None = Field(
+        None, max_length=128, description="job type, e.g. 'ResNet-50 (batch size 64)'"
+    )
+    total_steps: float | None = Field(None, gt=0, description="work to do, in steps")
+    duration_s: float | None = Field(None, gt=0, description="estimated run time, seconds")
+    throughput: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="measured steps/s per device model"
+    )
+    bytes_per_step: float | None = Field(None, ge=0, description="communicated per step")
+
+
+class JobSpec(SpecModel):
+    """One job: a gang of tasks on ``resources.accelerators``, running ``run`` or
+    ``entrypoint``."""
+
+    name: str = Field(pattern=_NAME, max_length=128, description="job name (never a shell word)")
+    tenant: str = Field("default", pattern=_NAME, max_length=64, description="owning tenant")
+    priority: int = Field(0, ge=-1000, le=1000, description="higher runs first")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+    run: str | None = Field(None, max_length=65536, description="shell command")
+    entrypoint: EntrypointSpec | None = Field(None, description="Python function to call")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment")
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    max_retries: int = Field(0, ge=0, le=100, description="retries after a failure")
+    checkpointable: bool = Field(False, description="may be stopped and resumed")
+    deadline: float | None = Field(
+        None, ge=0, description="finish by: seconds on the scheduler's clock, or ISO time"
+    )
+    timeout_s: float | None = Field(None, gt=0, description="kill a task after this long")
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _iso_time(cls, v: Any) -> Any:
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if isinstance(v, str):
+            try:
+                return datetime.fromisoformat(v).timestamp()
+            except ValueError:
+                raise ValueError(f"{v!r} is neither seconds nor an ISO time") from None
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _one_program(self) -> JobSpec:
+        if (self.run is None) == (self.entrypoint is None):
+            raise ValueError("give exactly one of run (a shell command) or entrypoint")
+        return self
