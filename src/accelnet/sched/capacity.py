@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Iterable, Mapping
 
 from accelnet.fabric import DomainLevel
-from accelnet.sched.topology import LEVELS, Topology
+from accelnet.sched.topology import Topology
 
 EPS = 1e-9
 
@@ -34,8 +34,8 @@ class CapacityIndex:
         self.partial: dict[str, list[tuple[float, int, str]]] = {}
         self._log: list[tuple[str, float]] = []
         for c in topo.classes:
-            self.whole[c] = {lv: {} for lv in LEVELS}
-            self.buckets[c] = {lv: {} for lv in LEVELS}
+            self.whole[c] = {lv: {} for lv in topo.levels}
+            self.buckets[c] = {lv: {} for lv in topo.levels}
             self.partial[c] = []
         order = topo.order
         for dev in sorted(free, key=order.__getitem__):
@@ -136,7 +136,7 @@ class CapacityIndex:
             self.free.pop(dev, None)
         if was_whole != is_whole:
             delta = 1 if is_whole else -1
-            for level in LEVELS:
+            for level in self.topo.levels:
                 dom = self.topo.domain_of[level][dev]
                 counts = self.whole[cls][level]
                 before = counts.get(dom, 0)

@@ -18,7 +18,7 @@ from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import Placement
-from accelnet.sched.topology import LEVEL_NAMES, LEVELS, DeviceClass
+from accelnet.sched.topology import LEVEL_NAMES, DeviceClass
 
 
 class PlacementStrategy(ABC):
@@ -34,7 +34,8 @@ class PlacementStrategy(ABC):
         """Devices for the whole gang, or None if it does not fit now."""
         if req.share < 1:
             return self._place_share(req, index)
-        allowed = LEVELS if req.required is None else LEVELS[: LEVELS.index(req.required) + 1]
+        levels = index.topo.levels
+        allowed = index.topo.allowed(req.required)
         fallback: tuple[int, int, DeviceClass, DomainLevel, str] | None = None
         for rank, cls in enumerate(req.classes):
             if index.total_whole(cls.key) < req.count:
@@ -43,10 +44,10 @@ class PlacementStrategy(ABC):
                 dom = self.pick_domain(index, cls.key, level, req.count)
                 if dom is None:
                     continue
-                good = req.preferred is None or LEVELS.index(level) <= LEVELS.index(req.preferred)
+                good = req.preferred is None or levels.index(level) <= levels.index(req.preferred)
                 if good:
                     return self._realise(index, cls, level, dom, req.count)
-                cand = (LEVELS.index(level), rank, cls, level, dom)
+                cand = (levels.index(level), rank, cls, level, dom)
                 if fallback is None or cand[:2] < fallback[:2]:
                     fallback = cand
                 break
@@ -64,12 +65,13 @@ class PlacementStrategy(ABC):
     def _place_share(self, req: Request, index: CapacityIndex) -> Placement | None:
         for cls in req.classes:
             dev = index.best_partial(cls.key, req.share)
+            tightest = index.topo.levels[0]
             if dev is None:
-                dom = index.best_fit(cls.key, DomainLevel.NVLINK, 1)
+                dom = index.best_fit(cls.key, tightest, 1)
                 if dom is None:
                     continue
-                dev = gather(index, cls.key, DomainLevel.NVLINK, dom, 1)[0]
-            return Placement((dev,), req.share, cls.model.name, DomainLevel.NVLINK)
+                dev = gather(index, cls.key, tightest, dom, 1)[0]
+            return Placement((dev,), req.share, cls.model.name, tightest)
         return None
 
 
@@ -81,12 +83,12 @@ def gather(index: CapacityIndex, cls: str, level: DomainLevel, dom: str, k: int)
     so the gang spans as few child domains as possible.
     """
     topo = index.topo
-    if level is DomainLevel.NVLINK:
+    if level is topo.levels[0]:
         whole = 1.0 - 1e-9
         members = topo.children[level][dom]
         free = [d for d in members if topo.class_of[d].key == cls and index.free.get(d, 0) >= whole]
         return free[:k]
-    below = LEVELS[LEVELS.index(level) - 1]
+    below = topo.levels[topo.levels.index(level) - 1]
     kids = [
         (index.whole_free(cls, below, c), i, c) for i, c in enumerate(topo.children[level][dom])
     ]

@@ -57,15 +57,14 @@ class Topology:
         self.classes: Mapping[str, DeviceClass] = MappingProxyType(classes)
         self.class_of: Mapping[str, DeviceClass] = MappingProxyType(cls_of)
         self.order: Mapping[str, int] = MappingProxyType(order)
-        self.domain_of: dict[DomainLevel, Mapping[str, str]] = {
-            level: fabric.domains.map(level) for level in LEVELS
-        }
+        self.levels, self.domain_of = _nested_levels(fabric)
         # children[level][domain] = domains one level down (devices under an NVLink domain)
-        self.children: dict[DomainLevel, dict[str, list[str]]] = {lv: {} for lv in LEVELS}
-        nvl = self.domain_of[DomainLevel.NVLINK]
+        self.children: dict[DomainLevel, dict[str, list[str]]] = {lv: {} for lv in self.levels}
+        first = self.levels[0]
+        bottom = self.domain_of[first]
         for dev in fabric.devices:
-            self.children[DomainLevel.NVLINK].setdefault(nvl[dev], []).append(dev)
-        for lower, upper in itertools.pairwise(LEVELS):
+            self.children[first].setdefault(bottom[dev], []).append(dev)
+        for lower, upper in itertools.pairwise(self.levels):
             seen: set[str] = set()
             low_map, up_map = self.domain_of[lower], self.domain_of[upper]
             for dev in fabric.devices:
@@ -74,12 +73,12 @@ class Topology:
                     seen.add(child)
                     self.children[upper].setdefault(up_map[dev], []).append(child)
         self.domains_at: dict[DomainLevel, tuple[str, ...]] = {}
-        for level in LEVELS:
+        for level in self.levels:
             self.domains_at[level] = tuple(dict.fromkeys(self.domain_of[level].values()))
         # how many devices of each class a domain has (free or not): for never-fit checks
         self.size: dict[tuple[str, DomainLevel], dict[str, int]] = {}
         for dev, c in cls_of.items():
-            for level in LEVELS:
+            for level in self.levels:
                 per = self.size.setdefault((c.key, level), {})
                 dom = self.domain_of[level][dev]
                 per[dom] = per.get(dom, 0) + 1
@@ -91,6 +90,39 @@ class Topology:
 
     def host_of_domain(self, level: DomainLevel, domain: str) -> str:
         """A readable place for a domain key: the host for NVLink domains, else the key."""
+        domain = domain.split("@", 1)[0]
         if level is DomainLevel.NVLINK:
             return domain.split("/", 1)[0]
         return domain
+
+    def allowed(self, required: DomainLevel | None) -> tuple[DomainLevel, ...]:
+        """Levels a gang may span, tightest first, when ``required`` is its limit."""
+        if required is None:
+            return self.levels
+        return self.levels[: self.levels.index(required) + 1]
+
+
+def _nested_levels(
+    fabric: Fabric,
+) -> tuple[tuple[DomainLevel, ...], dict[DomainLevel, Mapping[str, str]]]:
+    """Domain levels tightest first, with keys refined so that each nests in the next.
+
+    Usually NVLink domains sit inside hosts; in a multi-node NVLink rack (NVL72) hosts sit
+    inside the NVLink domain, and the order becomes host, NVLink domain, leaf, ... A domain
+    that straddles its parent is split (its key gets ``@parent``), which keeps every
+    placement inside the domain it claims.
+    """
+    maps = {level: fabric.domains.map(level) for level in LEVELS}
+    nvl, host = maps[DomainLevel.NVLINK], maps[DomainLevel.HOST]
+    nvl_hosts: dict[str, set[str]] = {}
+    for dev, key in nvl.items():
+        nvl_hosts.setdefault(key, set()).add(host[dev])
+    inside = all(len(hs) == 1 for hs in nvl_hosts.values())
+    order = LEVELS if inside else (DomainLevel.HOST, DomainLevel.NVLINK, *LEVELS[2:])
+    refined: dict[DomainLevel, Mapping[str, str]] = {order[-1]: maps[order[-1]]}
+    for lower, upper in zip(reversed(order[:-1]), reversed(order[1:]), strict=True):
+        own, parent = maps[lower], refined[upper]
+        seen: dict[str, str] = {}
+        nested = all(seen.setdefault(own[d], parent[d]) == parent[d] for d in own)
+        refined[lower] = own if nested else {d: f"{own[d]}@{parent[d]}" for d in own}
+    return order, {level: refined[level] for level in order}

@@ -1,0 +1,74 @@
+"""The device and job lifecycles: one table each, illegal transitions raise, history kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelnet.devices import DEVICE_TRANSITIONS, DeviceState
+from accelnet.sched import JOB_TRANSITIONS, JobState
+from accelnet.statemachine import IllegalTransitionError, Tracked, TransitionTable
+
+
+def reachable(
+    table: TransitionTable[DeviceState] | TransitionTable[JobState], start: object
+) -> set[object]:
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in table.targets(todo.pop()):  # type: ignore[arg-type]
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_every_device_state_is_reachable_and_every_row_explained() -> None:
+    assert reachable(DEVICE_TRANSITIONS, DeviceState.UNKNOWN) == set(DeviceState)
+    for src, row in DEVICE_TRANSITIONS.rows.items():
+        for dst, why in row.items():
+            assert why, f"{src} -> {dst} has no comment"
+
+
+def test_device_life_records_time_and_cause() -> None:
+    d: Tracked[DeviceState] = Tracked(DeviceState.UNKNOWN)
+    d = d.to(DEVICE_TRANSITIONS, "n1/gpu0", DeviceState.READY, 1.0, "probe passed")
+    d = d.to(DEVICE_TRANSITIONS, "n1/gpu0", DeviceState.ALLOCATED, 2.0, "job j1")
+    d = d.to(DEVICE_TRANSITIONS, "n1/gpu0", DeviceState.REFRESHING, 3.0, "j1 finished")
+    d = d.to(DEVICE_TRANSITIONS, "n1/gpu0", DeviceState.READY, 4.0, "refreshed")
+    assert d.state is DeviceState.READY
+    assert [(t.at, t.src.value, t.dst.value, t.cause) for t in d.history] == [
+        (1.0, "unknown", "ready", "probe passed"),
+        (2.0, "ready", "allocated", "job j1"),
+        (3.0, "allocated", "refreshing", "j1 finished"),
+        (4.0, "refreshing", "ready", "refreshed"),
+    ]
+
+
+def test_illegal_device_transition_raises_and_names_the_way_out() -> None:
+    d: Tracked[DeviceState] = Tracked(DeviceState.ALLOCATED)
+    with pytest.raises(IllegalTransitionError) as info:
+        d.to(DEVICE_TRANSITIONS, "n1/gpu0", DeviceState.READY, 1.0, "skip the refresh")
+    msg = str(info.value)
+    assert "device n1/gpu0: allocated -> ready is not allowed" in msg
+    assert "refreshing" in msg and "draining" in msg
+    assert d.history == ()  # nothing changed
+
+
+def test_released_devices_are_refreshed_before_reuse() -> None:
+    assert not DEVICE_TRANSITIONS.allowed(DeviceState.ALLOCATED, DeviceState.READY)
+    assert DEVICE_TRANSITIONS.allowed(DeviceState.REFRESHING, DeviceState.READY)
+    assert DeviceState.READY.schedulable() and not DeviceState.DRAINING.schedulable()
+
+
+def test_job_lifecycle_and_requeue_paths() -> None:
+    assert reachable(JOB_TRANSITIONS, JobState.PENDING) == set(JobState)
+    for final in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        assert final.is_finished() and JOB_TRANSITIONS.targets(final) == ()
+    # requeue: running -> admitted (retry), preempting -> admitted
+    assert JOB_TRANSITIONS.allowed(JobState.RUNNING, JobState.ADMITTED)
+    assert JOB_TRANSITIONS.allowed(JobState.PREEMPTING, JobState.ADMITTED)
+    j: Tracked[JobState] = Tracked(JobState.SUCCEEDED)
+    with pytest.raises(
+        IllegalTransitionError,
+        match="succeeded -> running is not allowed; from succeeded it may go to nothing",
+    ):
+        j.to(JOB_TRANSITIONS, "j1", JobState.RUNNING, 5.0, "zombie")
