@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import math
 import os
@@ -74,7 +75,7 @@ from accelnet.fabric import DomainLevel, Fabric, load_preset
 from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Snapshot
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.request import Request, make_request
-from accelnet.sched.topology import LEVELS, Topology
+from accelnet.sched.topology import Topology
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS = RESULTS_DIR / "sched.json"
@@ -210,9 +211,7 @@ def fragmentation(index: CapacityIndex) -> dict[str, int]:
     }
 
 
-def make_requests(
-    n: int, rng: random.Random, topo: Topology
-) -> tuple[list[str], list[Request]]:
+def make_requests(n: int, rng: random.Random, topo: Topology) -> tuple[list[str], list[Request]]:
     """``n`` requests of the mix: their kinds and the placement requests."""
     kinds = [draw_kind(rng) for _ in range(n)]
     specs = {k: make_spec(f"kind-{k.replace('.', '_')}", k) for k in KINDS}
@@ -286,9 +285,7 @@ def check_placement(
         raise AssertionError(f"{req.job}: span {p.span.value} but {len(span_doms)} domains")
 
 
-def check_decision(
-    starts: Sequence[tuple[Request, Placement]], index: CapacityIndex
-) -> None:
+def check_decision(starts: Sequence[tuple[Request, Placement]], index: CapacityIndex) -> None:
     """Starts in order never over-commit a device (``index`` holds the free shares before)."""
     free = dict(index.free)
     for req, p in starts:
@@ -325,7 +322,7 @@ def growth_exponent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, st
     lx = [math.log(x) for x in xs]
     ly = [math.log(y) for y in ys]
     try:
-        import numpy as np
+        import numpy as np  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         mx, my = statistics.fmean(lx), statistics.fmean(ly)
         num = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True))
@@ -348,10 +345,105 @@ def source_state() -> dict[str, Any]:
         return done.stdout.strip()
 
     changed = git("status", "--porcelain", "--", "src")
+    diff = git("diff", "HEAD", "--", "src")
     return {
         "commit": git("rev-parse", "HEAD"),
         "src_modified": None if changed is None else bool(changed),
+        # identifies the uncommitted state measured (tracked files only)
+        "src_diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None,
     }
+
+
+def measure_placement(
+    schedulers: dict[str, Scheduler],
+    requests: Sequence[Request],
+    kinds: Sequence[str],
+    index: CapacityIndex,
+    repeats: int,
+    progress: Progress,
+    label: str,
+) -> dict[str, Any]:
+    """Per-call ``place`` latency of every strategy, interleaved; then a sanity check."""
+    task = progress.add_task(f"{label}: placement", total=repeats)
+    place_ns: dict[str, list[list[int]]] = {s: [] for s in STRATEGIES}
+    placed: dict[str, int] = {}
+    for r in range(repeats):
+        order = STRATEGIES if r % 2 == 0 else tuple(reversed(STRATEGIES))
+        for s in order:
+            ns, placed[s] = time_places(schedulers[s].placement.place, requests, index)
+            place_ns[s].append(ns)
+        progress.advance(task)
+    free = dict(index.free)
+    for s in STRATEGIES:
+        for req in requests:
+            p = schedulers[s].placement.place(req, index)
+            if p is not None:
+                check_placement(req, p, index, free)
+    if index.free != free:
+        raise AssertionError("place() changed the index")
+    out: dict[str, Any] = {}
+    for s in STRATEGIES:
+        flat = [x for rep in place_ns[s] for x in rep]
+        per_kind: dict[str, float] = {}
+        for kind in KINDS:
+            mine = [rep[i] for rep in place_ns[s] for i, k in enumerate(kinds) if k == kind]
+            if mine:
+                per_kind[kind] = percentile(mine, 50) / 1e3
+        out[s] = {
+            **latency_summary(flat),
+            "median_per_repeat_us": [percentile(rep, 50) / 1e3 for rep in place_ns[s]],
+            "median_per_kind_us": per_kind,
+            "placed": placed[s],
+            "samples_ns": place_ns[s],
+        }
+    return out
+
+
+def measure_decide(
+    snapshot: Snapshot,
+    queue: Sequence[JobView],
+    topo: Topology,
+    index: CapacityIndex,
+    repeats: int,
+    progress: Progress,
+    label: str,
+) -> dict[str, Any]:
+    """Wall time and starts of a whole ``decide`` per ordering, interleaved; sanity check."""
+    deciders = {o: Scheduler(o, "best-fit", "none") for o in ORDERINGS}
+    for d in deciders.values():
+        d.topology(snapshot.fabric)  # the cached topology, as between real decisions
+    task = progress.add_task(f"{label}: decide", total=repeats * len(ORDERINGS))
+    decide_s: dict[str, list[float]] = {o: [] for o in ORDERINGS}
+    starts: dict[str, int] = {}
+    for r in range(repeats):
+        order = ORDERINGS if r % 2 == 0 else tuple(reversed(ORDERINGS))
+        for o in order:
+            gc.collect()
+            start = time.perf_counter()
+            decision = deciders[o].decide(snapshot)
+            decide_s[o].append(time.perf_counter() - start)
+            if o in starts and starts[o] != len(decision.starts):
+                raise AssertionError(f"{o}: {len(decision.starts)} starts, before {starts[o]}")
+            starts[o] = len(decision.starts)
+            if r == 0:
+                reqs = {j.id: make_request(j.id, j.spec, topo) for j in queue}
+                check_decision([(reqs[s.job], s.placement) for s in decision.starts], index)
+                if len(decision.starts) + len(decision.waiting) != len(queue):
+                    raise AssertionError(f"{o}: a queued job is neither started nor waiting")
+            del decision
+            progress.advance(task)
+    out: dict[str, Any] = {}
+    for o in ORDERINGS:
+        med = statistics.median(decide_s[o])
+        out[o] = {
+            "median_s": med,
+            "min_s": min(decide_s[o]),
+            "samples_s": decide_s[o],
+            "starts": starts[o],
+            "considered_per_s": len(queue) / med,
+            "placed_per_s": starts[o] / med,
+        }
+    return out
 
 
 def bench_size(
@@ -373,7 +465,7 @@ def bench_size(
     start = time.perf_counter()
     topo = schedulers["best-fit"].topology(fabric)
     topology_build_s = time.perf_counter() - start
-    schedulers["first-fit"]._topology = topo  # share the cache: same fabric, same shape
+    schedulers["first-fit"].topology(fabric)
 
     task = progress.add_task(f"{label}: index build", total=args.repeats)
     index_s: list[float] = []
@@ -383,88 +475,19 @@ def bench_size(
         index = schedulers["best-fit"].capacity(base)
         index_s.append(time.perf_counter() - start)
         progress.advance(task)
-    frag = fragmentation(index)
 
     kinds, requests = make_requests(args.requests, rng, topo)
-    task = progress.add_task(f"{label}: placement", total=args.repeats)
-    place_ns: dict[str, list[list[int]]] = {s: [] for s in STRATEGIES}
-    placed: dict[str, int] = {}
-    for r in range(args.repeats):
-        order = STRATEGIES if r % 2 == 0 else tuple(reversed(STRATEGIES))
-        for s in order:
-            ns, placed[s] = time_places(schedulers[s].placement.place, requests, index)
-            place_ns[s].append(ns)
-        progress.advance(task)
-    free = dict(index.free)
-    for s in STRATEGIES:
-        for req in requests:
-            p = schedulers[s].placement.place(req, index)
-            if p is not None:
-                check_placement(req, p, index, free)
-    if index.free != free:
-        raise AssertionError("place() changed the index")
-
-    placement: dict[str, Any] = {}
-    for s in STRATEGIES:
-        flat = [x for rep in place_ns[s] for x in rep]
-        per_kind: dict[str, float] = {}
-        for kind in KINDS:
-            mine = [rep[i] for rep in place_ns[s] for i, k in enumerate(kinds) if k == kind]
-            if mine:
-                per_kind[kind] = percentile(mine, 50) / 1e3
-        placement[s] = {
-            **latency_summary(flat),
-            "median_per_repeat_us": [percentile(rep, 50) / 1e3 for rep in place_ns[s]],
-            "median_per_kind_us": per_kind,
-            "placed": placed[s],
-            "samples_ns": place_ns[s],
-        }
-
-    queue_rng = random.Random(seed + 1)
-    queue, queue_kinds = make_queue(args.queue, queue_rng, first_submit=1e6 - 1e5)
+    placement = measure_placement(schedulers, requests, kinds, index, args.repeats, progress, label)
+    queue, queue_kinds = make_queue(args.queue, random.Random(seed + 1), first_submit=9e5)
     snapshot = Snapshot.all_ready(fabric, running + tuple(queue), now=1e6)
-    deciders = {o: Scheduler(o, "best-fit", "none") for o in ORDERINGS}
-    for d in deciders.values():
-        d._topology = topo
-    task = progress.add_task(f"{label}: decide", total=args.repeats * len(ORDERINGS))
-    decide_s: dict[str, list[float]] = {o: [] for o in ORDERINGS}
-    starts: dict[str, int] = {}
-    for r in range(args.repeats):
-        order = ORDERINGS if r % 2 == 0 else tuple(reversed(ORDERINGS))
-        for o in order:
-            gc.collect()
-            start = time.perf_counter()
-            decision = deciders[o].decide(snapshot)
-            decide_s[o].append(time.perf_counter() - start)
-            if o in starts and starts[o] != len(decision.starts):
-                raise AssertionError(f"{o}: {len(decision.starts)} starts, before {starts[o]}")
-            starts[o] = len(decision.starts)
-            if r == 0:
-                reqs = {j.id: make_request(j.id, j.spec, topo) for j in queue}
-                check_decision([(reqs[s.job], s.placement) for s in decision.starts], index)
-                if len(decision.starts) + len(decision.waiting) != len(queue):
-                    raise AssertionError(f"{o}: a queued job is neither started nor waiting")
-            del decision
-            progress.advance(task)
-    decide: dict[str, Any] = {}
-    for o in ORDERINGS:
-        med = statistics.median(decide_s[o])
-        decide[o] = {
-            "median_s": med,
-            "min_s": min(decide_s[o]),
-            "samples_s": decide_s[o],
-            "starts": starts[o],
-            "considered_per_s": args.queue / med,
-            "placed_per_s": starts[o] / med,
-        }
-
+    decide = measure_decide(snapshot, queue, topo, index, args.repeats, progress, label)
     return {
         "gpus": len(fabric.devices),
         "preset": ref,
         "fabric_build_s": fabric_build_s,
         "topology_build_s": topology_build_s,
         "preload": load_stats,
-        "fragmentation": frag,
+        "fragmentation": fragmentation(index),
         "index_build": {"median_s": statistics.median(index_s), "samples_s": index_s},
         "requests": {"n": len(requests), "kinds": dict(Counter(kinds))},
         "placement": placement,
@@ -476,10 +499,10 @@ def bench_size(
 def plot(sizes: list[dict[str, Any]], path: Path) -> str | None:
     """Log-log plot of decide time and placement latency vs GPUs; None, or why skipped."""
     try:
-        import matplotlib
+        import matplotlib  # type: ignore[import-not-found,unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return "matplotlib is not installed in the venv"
     gpus = [s["gpus"] for s in sizes]
@@ -562,8 +585,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "fill": args.fill,
             "mix": {
                 "fractional": f"{FRACTIONAL_P:.0%} {MODEL}:0.5",
-                "whole": "50% 1 GPU, 20% 2, 20% 4 (half required host), "
-                "10% 8 (required nvlink)",
+                "whole": "50% 1 GPU, 20% 2, 20% 4 (half required host), 10% 8 (required nvlink)",
                 "preload": "the whole-GPU part only",
             },
             "orderings": list(ORDERINGS),

@@ -71,8 +71,9 @@ def plan(
                 else (f"{', '.join(p.devices[:3])}, ... ({len(p.devices)})")
             )
             share = "" if p.share == 1 else f" x {p.share:g}"
+            span = "device" if len(p.devices) == 1 else p.span.value
             table.add_row(Text(s.name), Text("start", "green"), Text(devs + share),
-                          Text(p.model), Text(p.span.value), Text(""))  # fmt: skip
+                          Text(p.model), Text(span), Text(""))  # fmt: skip
         else:
             table.add_row(Text(s.name), Text("wait", "yellow"), Text(""), Text(""), Text(""),
                           Text(decision.waiting.get(s.name, "")))  # fmt: skip

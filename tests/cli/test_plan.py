@@ -1,0 +1,52 @@
+"""``accelnet plan``: placements and reasons, without running anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from accelnet.cli.main import app
+
+runner = CliRunner()
+EXAMPLE = Path(__file__).parents[2] / "examples" / "jobs" / "lab.yaml"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args), env={"COLUMNS": "200"})
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_plan_example_on_mixed_lab() -> None:
+    code, out, _ = run("plan", "mixed-lab", str(EXAMPLE), "--json")
+    assert code == 0
+    data = json.loads(out)
+    starts = {s["job"]: s for s in data["starts"]}
+    assert starts["train-llm"]["span"] == "nvlink" and len(starts["train-llm"]["devices"]) == 8
+    assert starts["serve-digits"]["share"] == 0.25
+    assert starts["edge-video"]["model"] == "Jetson-AGX-Orin"
+    assert set(starts["render-frames"]["devices"]) <= {f"l4box/gpu{i}" for i in range(4)}
+    # H100s are taken by train-llm, L4s by render-frames and etl-logs: finetune waits
+    assert data["waiting"]["finetune"].startswith("needs 4 x H100-SXM; 0 of 8 free; or needs")
+    code, out, _ = run("plan", "mixed-lab", str(EXAMPLE))
+    assert code == 0 and "start" in out and "wait" in out and "train-llm" in out
+
+
+def test_plan_rejects_jobs_the_fabric_can_never_run(tmp_path: Path) -> None:
+    p = tmp_path / "j.yaml"
+    p.write_text("name: x\nrun: y\nresources: {accelerators: 'B200:2'}\n")
+    code, _, err = run("plan", "mixed-lab", str(p))
+    assert code == 1
+    assert "resources.accelerators = 'B200': job x: fabric 'mixed-lab' has no B200" in " ".join(
+        err.split()
+    )
+
+
+def test_plan_bad_file_and_bad_policy(tmp_path: Path) -> None:
+    p = tmp_path / "j.yaml"
+    p.write_text("name: x\nrun: y\nresources: {accelerators: 'H100:0'}\n")
+    code, _, err = run("plan", "mixed-lab", str(p))
+    assert code == 1 and "j.yaml:3: resources.accelerators = 'H100:0'" in err
+    code, _, err = run("plan", "mixed-lab", str(EXAMPLE), "--ordering", "lifo")
+    assert code == 2 and "unknown ordering policy 'lifo'" in err
