@@ -75,6 +75,8 @@ class PriorityPreemption(PreemptionRule):
         placement: PlacementStrategy,
     ) -> list[JobView] | None:
         """See :class:`PreemptionRule`."""
+        if not req.classes:
+            return None
         models = {c.model.name for c in req.classes}
         candidates = sorted(
             (
@@ -92,6 +94,10 @@ class PriorityPreemption(PreemptionRule):
                 v.id,
             ),
         )
+        freeable = sum(len(v.placement.devices) for v in candidates if v.placement)
+        free = sum(index.total_whole(c.key) for c in req.classes)
+        if req.share >= 1 and freeable + free < req.count:
+            return None  # even every candidate together would not make room
         mark = index.mark()
         chosen: list[JobView] = []
         for v in candidates:

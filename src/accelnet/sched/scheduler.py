@@ -23,8 +23,6 @@ from accelnet.sched.request import Request, make_request, rejection
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Snapshot, Start
 from accelnet.sched.topology import Topology
 
-_USABLE = frozenset({"ready", "allocated"})
-
 
 class Scheduler:
     """Ordering policy + placement strategy + preemption rule, by name or instance.
@@ -59,7 +57,7 @@ class Scheduler:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold."""
         topo = self.topology(snapshot.fabric)
         free = {
-            d: 1.0 for d, s in snapshot.devices.items() if s.value in _USABLE and d in topo.order
+            d: 1.0 for d, s in snapshot.devices.items() if s.schedulable() and d in topo.order
         }
         for job in snapshot.jobs:
             if job.state.holds_devices() and job.placement is not None:

@@ -75,6 +75,7 @@ class Topology:
         self.domains_at: dict[DomainLevel, tuple[str, ...]] = {}
         for level in self.levels:
             self.domains_at[level] = tuple(dict.fromkeys(self.domain_of[level].values()))
+        self._largest: dict[tuple[str, DomainLevel], int] = {}
         # how many devices of each class a domain has (free or not): for never-fit checks
         self.size: dict[tuple[str, DomainLevel], dict[str, int]] = {}
         for dev, c in cls_of.items():
@@ -85,8 +86,12 @@ class Topology:
 
     def largest(self, cls: str, level: DomainLevel) -> int:
         """Devices of class ``cls`` in the largest domain at ``level`` (free or not)."""
-        per = self.size.get((cls, level))
-        return max(per.values()) if per else 0
+        key = (cls, level)
+        found = self._largest.get(key)
+        if found is None:
+            per = self.size.get(key)
+            found = self._largest[key] = max(per.values()) if per else 0
+        return found
 
     def host_of_domain(self, level: DomainLevel, domain: str) -> str:
         """A readable place for a domain key: the host for NVLink domains, else the key."""
