@@ -4,10 +4,15 @@
 it fit. Victims are tried in the order that loses least work: checkpointable jobs first,
 then the lowest priority, then the most recently started; the set is then pruned to the
 jobs whose devices are really needed. ``none`` never preempts.
+
+A rule prepares a :class:`VictimSearch` once per decision (sorting the running jobs and
+counting what each priority could free), so a long queue of waiting jobs costs a
+logarithmic check each, not a scan of every running job.
 """
 
 from __future__ import annotations
 
+import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -27,21 +32,25 @@ def release(index: CapacityIndex, job: JobView) -> None:
             index.give(dev, job.placement.share)
 
 
+class VictimSearch(ABC):
+    """Finds victims for one job at a time within one decision; remembers who is taken."""
+
+    @abstractmethod
+    def victims(
+        self, job: JobView, req: Request, index: CapacityIndex, placement: PlacementStrategy
+    ) -> list[JobView] | None:
+        """Jobs to preempt so that ``job`` fits (not chosen before in this decision), or
+        None. Leaves ``index`` as it found it."""
+
+
 class PreemptionRule(ABC):
-    """Chooses victims for a job that does not fit; leaves ``index`` as it found it."""
+    """Prepares a victim search for one decision, or None if it never preempts."""
 
     name = "?"
 
     @abstractmethod
-    def victims(
-        self,
-        job: JobView,
-        req: Request,
-        index: CapacityIndex,
-        running: Sequence[JobView],
-        placement: PlacementStrategy,
-    ) -> list[JobView] | None:
-        """Jobs to preempt so that ``job`` fits, or None if no allowed set makes it fit."""
+    def start(self, running: Sequence[JobView]) -> VictimSearch | None:
+        """A search over ``running`` (jobs holding devices) for this decision."""
 
 
 class NoPreemption(PreemptionRule):
@@ -49,58 +58,59 @@ class NoPreemption(PreemptionRule):
 
     name = "none"
 
-    def victims(
-        self,
-        job: JobView,
-        req: Request,
-        index: CapacityIndex,
-        running: Sequence[JobView],
-        placement: PlacementStrategy,
-    ) -> list[JobView] | None:
-        """Always None."""
+    def start(self, running: Sequence[JobView]) -> VictimSearch | None:
+        """None: nothing to search."""
         return None
 
 
-class PriorityPreemption(PreemptionRule):
-    """Lower-priority jobs make way for higher ones; checkpointable victims first."""
+class _PrioritySearch(VictimSearch):
+    def __init__(self, running: Sequence[JobView]) -> None:
+        self._order = sorted(
+            (v for v in running if v.state is JobState.RUNNING and v.placement is not None),
+            key=lambda v: (not v.spec.checkpointable, v.priority, -(v.started_at or 0.0), v.id),
+        )
+        # per model: priorities ascending and the devices all jobs up to each could free
+        per: dict[str, list[tuple[int, int]]] = {}
+        for v in self._order:
+            assert v.placement is not None
+            per.setdefault(v.placement.model, []).append((v.priority, len(v.placement.devices)))
+        self._prio: dict[str, list[int]] = {}
+        self._cum: dict[str, list[int]] = {}
+        for model, items in per.items():
+            items.sort()
+            self._prio[model] = [p for p, _ in items]
+            total, cum = 0, []
+            for _, n in items:
+                total += n
+                cum.append(total)
+            self._cum[model] = cum
+        self._taken: set[str] = set()
 
-    name = "priority"
+    def _freeable(self, model: str, below: int) -> int:
+        prios = self._prio.get(model)
+        if not prios:
+            return 0
+        i = bisect.bisect_left(prios, below)
+        return self._cum[model][i - 1] if i else 0
 
     def victims(
-        self,
-        job: JobView,
-        req: Request,
-        index: CapacityIndex,
-        running: Sequence[JobView],
-        placement: PlacementStrategy,
+        self, job: JobView, req: Request, index: CapacityIndex, placement: PlacementStrategy
     ) -> list[JobView] | None:
-        """See :class:`PreemptionRule`."""
         if not req.classes:
             return None
         models = {c.model.name for c in req.classes}
-        candidates = sorted(
-            (
-                v
-                for v in running
-                if v.state is JobState.RUNNING
-                and v.placement is not None
-                and v.priority < job.priority
-                and v.placement.model in models
-            ),
-            key=lambda v: (
-                not v.spec.checkpointable,
-                v.priority,
-                -(v.started_at or 0.0),
-                v.id,
-            ),
-        )
-        freeable = sum(len(v.placement.devices) for v in candidates if v.placement)
-        free = sum(index.total_whole(c.key) for c in req.classes)
-        if req.share >= 1 and freeable + free < req.count:
-            return None  # even every candidate together would not make room
+        if req.share >= 1:
+            free = sum(index.total_whole(c.key) for c in req.classes)
+            if free + sum(self._freeable(m, job.priority) for m in models) < req.count:
+                return None  # even every lower-priority job together would not make room
         mark = index.mark()
         chosen: list[JobView] = []
-        for v in candidates:
+        for v in self._order:
+            assert v.placement is not None
+            if v.priority >= job.priority or v.placement.model not in models:
+                continue
+            if v.id in self._taken:
+                continue
             release(index, v)
             chosen.append(v)
             if placement.place(req, index) is not None:
@@ -112,17 +122,24 @@ class PriorityPreemption(PreemptionRule):
         for v in list(reversed(chosen[:-1])):
             inner = index.mark()
             assert v.placement is not None
-            try:
-                index.take_all(v.placement.devices, v.placement.share)
-            except ValueError:
-                index.rollback(inner)
-                continue
+            index.take_all(v.placement.devices, v.placement.share)
             if placement.place(req, index) is None:
                 index.rollback(inner)
             else:
                 chosen.remove(v)
         index.rollback(mark)
+        self._taken.update(v.id for v in chosen)
         return chosen
+
+
+class PriorityPreemption(PreemptionRule):
+    """Lower-priority jobs make way for higher ones; checkpointable victims first."""
+
+    name = "priority"
+
+    def start(self, running: Sequence[JobView]) -> VictimSearch | None:
+        """A search over the RUNNING jobs, sorted once."""
+        return _PrioritySearch(running)
 
 
 PREEMPTIONS: Registry[PreemptionRule] = Registry(

@@ -56,9 +56,7 @@ class Scheduler:
     def capacity(self, snapshot: Snapshot) -> CapacityIndex:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold."""
         topo = self.topology(snapshot.fabric)
-        free = {
-            d: 1.0 for d, s in snapshot.devices.items() if s.schedulable() and d in topo.order
-        }
+        free = {d: 1.0 for d, s in snapshot.devices.items() if s.schedulable() and d in topo.order}
         for job in snapshot.jobs:
             if job.state.holds_devices() and job.placement is not None:
                 for d in job.placement.devices:
@@ -75,7 +73,7 @@ class Scheduler:
         starts: list[Start] = []
         preemptions: list[Preempt] = []
         waiting: dict[str, str] = {}
-        victims_taken: set[str] = set()
+        search = self.preemption.start(running)
         pending_release = [j for j in running if j.state is JobState.PREEMPTING]
         for job in snapshot.jobs:
             if job.state is JobState.PENDING:
@@ -101,12 +99,10 @@ class Scheduler:
             if self._fits_after(req, index, pending_release):
                 waiting[job.id] = f"{reason}; waiting for preempted jobs to release devices"
                 continue
-            others = [v for v in running if v.id not in victims_taken]
-            victims = self.preemption.victims(job, req, index, others, self.placement)
+            victims = search.victims(job, req, index, self.placement) if search else None
             if victims:
                 names = ", ".join(v.id for v in victims)
                 for v in victims:
-                    victims_taken.add(v.id)
                     preemptions.append(
                         Preempt(
                             v.id,
