@@ -55,6 +55,7 @@ import math
 import os
 import platform
 import random
+import re
 import shlex
 import statistics
 import subprocess
@@ -82,6 +83,7 @@ RESULTS = RESULTS_DIR / "sched.json"
 PLOT = RESULTS_DIR / "sched_growth.png"
 GPUS_PER_HOST = 8
 MODEL = "H100"
+NUMBER_LIST = re.compile(r"\[\s*([-+.\deE]+(?:,\s*[-+.\deE]+)*)\s*\]")
 TARGET_SIZE = 16_384
 TARGET_US = 1000.0
 ORDERINGS = ("fifo", "priority")
@@ -623,30 +625,31 @@ def exponent(x: float) -> str:
 def report(result: dict[str, Any], console: Console) -> None:
     """Print the figures as a rich table."""
     p, m, sizes = result["parameters"], result["machine"], result["sizes"]
+    growth = result["growth"]
     table = Table(
-        title="accelnet scheduler benchmark: fat tree, 8 x H100 per host, "
-        f"{p['load']:.0%} loaded by the scheduler",
-        caption=f"medians of {p['repeats']} repeats (latency percentiles over "
-        f"{p['requests']:,} calls x {p['repeats']}), measured side by side in one run; "
-        f"{m['cpu_count']} cores, Python {m['python']}; src at {src_label(result['source'])}",
+        title="accelnet scheduler benchmark: fat trees of 8 x H100 hosts, "
+        f"{p['load']:.0%} held by running jobs",
+        caption=f"medians of {p['repeats']} repeats; place() percentiles over "
+        f"{p['requests']:,} calls x {p['repeats']}; decide: {p['queue']:,} queued jobs, "
+        f"best-fit, no preemption; {m['cpu_count']} cores, Python {m['python']}; "
+        f"src at {src_label(result['source'])}",
     )
     table.add_column("figure")
     for s in sizes:
         table.add_column(f"{s['gpus']:,} GPUs", justify="right")
-    if "decide_fifo" in result["growth"]:
+    if growth:
         table.add_column("growth", justify="right")
-    growth = result["growth"]
 
     def row(name: str, cells: list[str], slope: float | None = None) -> None:
         extra = [exponent(slope) if slope is not None else ""] if growth else []
         table.add_row(name, *cells, *extra)
 
     row(
-        "load: GPUs held / running jobs",
+        "held / running jobs",
         [f"{s['preload']['load']:.1%} / {s['preload']['running_jobs']:,}" for s in sizes],
     )
     row(
-        "hosts wholly free / partly used",
+        "hosts free / partly used",
         [
             f"{s['fragmentation']['hosts_wholly_free']:,} / "
             f"{s['fragmentation']['hosts_partly_used']:,}"
@@ -654,48 +657,46 @@ def report(result: dict[str, Any], console: Console) -> None:
         ],
     )
     row(
-        "index build (capacity)",
+        "index build",
         [f"{s['index_build']['median_s'] * 1e3:,.2f} ms" for s in sizes],
         growth.get("index_build"),
     )
     for st in STRATEGIES:
         pl = [s["placement"][st] for s in sizes]
         row(
-            f"place(), {st}: median",
-            [f"{x['median_us']:,.1f} µs" for x in pl],
+            f"place() {st} median",
+            [f"{x['median_us']:,.2f} µs" for x in pl],
             growth.get(f"placement_{st}"),
         )
-        row(f"place(), {st}: p90 / p99", [f"{x['p90_us']:,.1f} / {x['p99_us']:,.1f}" for x in pl])
-        row(f"place(), {st}: placed", [f"{x['placed']:,} / {p['requests']:,}" for x in pl])
+        row("  p90 / p99 µs", [f"{x['p90_us']:,.1f} / {x['p99_us']:,.1f}" for x in pl])
+        row("  placed", [f"{x['placed']:,} / {p['requests']:,}" for x in pl])
     for o in ORDERINGS:
         dd = [s["decide"][o] for s in sizes]
         row(
-            f"decide, {o}: time",
+            f"decide {o}",
             [f"{x['median_s'] * 1e3:,.0f} ms" for x in dd],
             growth.get(f"decide_{o}"),
         )
-        row(f"decide, {o}: jobs considered/s", [f"{x['considered_per_s']:,.0f}" for x in dd])
-        row(
-            f"decide, {o}: starts (placed/s)",
-            [f"{x['starts']:,} ({x['placed_per_s']:,.0f})" for x in dd],
-        )
+        row("  jobs considered/s", [f"{x['considered_per_s']:,.0f}" for x in dd])
+        row("  starts", [f"{x['starts']:,}" for x in dd])
+        row("  jobs placed/s", [f"{x['placed_per_s']:,.0f}" for x in dd])
     console.print(table)
     ratio, target = result["best_vs_first"], result["target"]
     if ratio is not None:
         console.print(
             f"best-fit / first-fit median place() at {ratio['gpus']:,} GPUs: "
-            f"{ratio['best_fit_median_us']:,.1f} / {ratio['first_fit_median_us']:,.1f} µs = "
+            f"{ratio['best_fit_median_us']:,.2f} / {ratio['first_fit_median_us']:,.2f} µs = "
             f"{ratio['best_over_first']:.2f}x"
         )
     if target is not None:
-        verdict = "MET" if target["met"] else "NOT MET"
+        verdict, sign = ("MET", "<") if target["met"] else ("NOT MET", ">=")
         console.print(
             f"target {target['statement']}: {verdict} "
-            f"(median {target['median_us']:,.1f} µs < {target['limit_us']:,.0f} µs)"
+            f"(median {target['median_us']:,.2f} µs {sign} {target['limit_us']:,.0f} µs)"
         )
     console.print(
-        f"timer overhead {p['timer_overhead_ns']} ns per sample (included); growth fitted "
-        f"{growth.get('method', '-')}"
+        f"timer overhead {p['timer_overhead_ns']} ns per place() sample (included); "
+        f"growth: log-log least-squares slope ({growth.get('method', 'fewer than two sizes')})"
     )
     if result["plot_skipped"]:
         console.print(f"plot skipped: {result['plot_skipped']}")
@@ -705,7 +706,10 @@ def write_json(result: dict[str, Any], path: Path) -> None:
     """Write ``result`` to ``path`` (through a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    text = json.dumps(result, indent=1)
+    # one line per list of numbers (the samples), not one line per number
+    text = NUMBER_LIST.sub(lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
 
 
@@ -749,6 +753,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark, print the table, write the JSON."""
     args = parse_args(argv)
     console = Console()
+    if not console.is_terminal:  # piped or logged: do not wrap the table at 80 columns
+        console = Console(width=120)
     result = run(args, console)
     report(result, console)
     write_json(result, args.out)
