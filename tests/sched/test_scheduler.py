@@ -105,7 +105,7 @@ def test_priority_with_aging(lab: Fabric) -> None:
 
 
 def test_quotas(lab: Fabric) -> None:
-    tenants = {"v": Tenant("v", quota={"H100-SXM": 8})}
+    tenants = {"v": Tenant("v", quota={"H100": 8})}  # an alias of H100-SXM
     busy = job("busy", "H100:6", devices=on("a", *range(6)), tenant="v")
     d = decide(lab, busy, job("more", "H100:4", tenant="v"), tenants=tenants)
     assert d.waiting["more"] == "tenant v quota reached: H100-SXM 8 (6 in use); needs 4 more"

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from accelnet.fabric import Fabric
+from accelnet.fabric.catalog import find_device_model
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
@@ -154,7 +155,8 @@ def _within_quota(
         return req, None
     used = usage.get(job.spec.tenant, {})
     amount = req.count * req.share
-    total = tenant.quota.get("*")
+    quota = _canonical_quota(tenant.quota)
+    total = quota.get("*")
     if total is not None and used.get("*", 0.0) + amount > total + 1e-9:
         return req, (
             f"tenant {tenant.name} quota is {total:g} devices; {used.get('*', 0.0):g} in use, "
@@ -162,7 +164,7 @@ def _within_quota(
         )
     allowed, blocked = [], []
     for cls in req.classes:
-        limit = tenant.quota.get(cls.model.name)
+        limit = quota.get(cls.model.name)
         if limit is not None and used.get(cls.model.name, 0.0) + amount > limit + 1e-9:
             blocked.append(f"{cls.model.name} {limit:g} ({used.get(cls.model.name, 0.0):g} in use)")
         else:
@@ -172,3 +174,12 @@ def _within_quota(
             f"tenant {tenant.name} quota reached: {', '.join(blocked)}; needs {amount:g} more"
         )
     return replace(req, classes=tuple(allowed)), None
+
+
+def _canonical_quota(quota: Mapping[str, float]) -> dict[str, float]:
+    """Quota keys by catalog name (``H100`` -> ``H100-SXM``); ``*`` and unknown kept."""
+    out: dict[str, float] = {}
+    for key, value in quota.items():
+        found = find_device_model(key) if key != "*" else None
+        out[found.name if found is not None else key] = value
+    return out
