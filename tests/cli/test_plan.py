@@ -50,3 +50,12 @@ def test_plan_bad_file_and_bad_policy(tmp_path: Path) -> None:
     assert code == 1 and "j.yaml:3: resources.accelerators = 'H100:0'" in err
     code, _, err = run("plan", "mixed-lab", str(EXAMPLE), "--ordering", "lifo")
     assert code == 2 and "unknown ordering policy 'lifo'" in err
+
+
+def test_job_validate_and_schema(tmp_path: Path) -> None:
+    code, out, _ = run("job", "validate", str(EXAMPLE), "--fabric", "mixed-lab")
+    assert code == 0 and "6 job(s) on mixed-lab" in out
+    code, _, err = run("job", "validate", str(EXAMPLE), "--fabric", "dgx-h100")
+    assert code == 1 and "fabric 'dgx-h100' has no T4" in " ".join(err.split())
+    code, out, _ = run("job", "schema")
+    assert code == 0 and json.loads(out)["title"] == "JobSpec"

@@ -6,6 +6,7 @@ import typer
 
 from accelnet.cli.demo import demo
 from accelnet.cli.fabric_cmd import fabric_app
+from accelnet.cli.job_cmd import job_app
 from accelnet.cli.plan_cmd import plan
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(fabric_app, name="fabric")
+app.add_typer(job_app, name="job")
 app.command("demo")(demo)
 app.command("plan")(plan)
 

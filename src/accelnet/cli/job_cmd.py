@@ -1,0 +1,45 @@
+"""``accelnet job``: validate job files (optionally against a fabric), print the schema."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from accelnet.cli.fabric_cmd import CpuOpt, fail, load_or_exit
+from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
+from accelnet.sched.spec import JobSpec
+from accelnet.sched.topology import Topology
+
+job_app = typer.Typer(help="Job files: validate, schema.", no_args_is_help=True)
+
+
+@job_app.command("validate")
+def validate(
+    files: Annotated[list[str], typer.Argument(help="job files (YAML or JSON)")],
+    fabric: Annotated[
+        str | None, typer.Option(help="also check that this fabric can run every job")
+    ] = None,
+    cpu_devices: CpuOpt = "per-core",
+) -> None:
+    """Check job files; exit 1 naming every problem (file:line: key = value: why)."""
+    topo = Topology(load_or_exit(fabric, cpu_devices)) if fabric else None
+    for path in files:
+        try:
+            jobs = load_jobs(path)
+            if topo is not None:
+                check_runnable(jobs, topo, path)
+        except JobSpecError as exc:
+            fail(exc, 1)
+        where = f" on {topo.fabric.name}" if topo else ""
+        Console().print(Text.assemble(("ok ", "green"), f"{path}: {len(jobs)} job(s){where}"))
+
+
+@job_app.command("schema")
+def schema() -> None:
+    """JSON schema of one job (a job file holds one, or several under ``jobs:``)."""
+    sys.stdout.write(json.dumps(JobSpec.model_json_schema(), indent=2) + "\n")
