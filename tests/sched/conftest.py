@@ -47,6 +47,7 @@ def job(
     devices: tuple[str, ...] = (),
     share: float = 1.0,
     started: float | None = None,
+    nominated: tuple[str, ...] = (),
     **spec: Any,
 ) -> JobView:
     """A job view; with ``devices`` it is RUNNING (unless ``state`` says otherwise)."""
@@ -59,7 +60,7 @@ def job(
         placement = Placement(devices, share, model, DomainLevel.HOST)
         if state is JobState.ADMITTED:
             state = JobState.RUNNING
-    return JobView(name, js, state, t, started_at=started, placement=placement)
+    return JobView(name, js, state, t, started_at=started, placement=placement, nominated=nominated)
 
 
 def on(host: str, *idx: int) -> tuple[str, ...]:

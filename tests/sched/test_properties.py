@@ -9,17 +9,40 @@ from hypothesis import strategies as st
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import DomainLevel, Fabric, load_preset
+from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import JobSpec, JobState, JobView, Scheduler, Snapshot
 from accelnet.sched.request import eligible_classes
 from accelnet.sched.topology import Topology
 
+HYBRID = {
+    "name": "hybrid",
+    "switches": [{"name": n, "kind": k} for n, k in
+                 (("nv", "nvswitch"), ("leafA", "leaf"), ("leafB", "leaf"), ("sp", "spine"))],
+    "hosts": [
+        {"name": "tray{i}", "count": 4, "devices": "4xB200", "nics": "IB-NDR",
+         "network": "leafA"},
+        {"name": "trayb{i}", "count": 2, "devices": "4xB200", "nics": "IB-NDR",
+         "network": "leafB"},
+        {"name": "l4box", "devices": "4xL4", "sockets": 2, "nics": "IB-HDR", "network": "leafA"},
+        {"name": "mix", "devices": ["2xH100-SXM", "2xT4"], "nvlink": "nvswitch",
+         "nics": "IB-NDR", "network": "leafB"},
+    ],
+    "links": [
+        *({"a": f"tray{t}/gpu{g}", "b": "nv", "type": "NVLink5", "count": 18}
+          for t in range(4) for g in range(4)),
+        *({"a": f"trayb{t}/gpu{g}", "b": "nv", "type": "NVLink5", "count": 18}
+          for t in range(2) for g in range(4)),
+        {"a": "leafA", "b": "sp", "type": "IB-NDR"}, {"a": "leafB", "b": "sp", "type": "IB-NDR"},
+    ],
+}  # fmt: skip
 FABRICS = {
+    "hybrid": build_fabric(parse_spec(HYBRID, "<hybrid>")),
     "mixed-lab": load_preset("mixed-lab"),
     "fat": load_preset("fat-tree:hosts=12,gpus_per_host=4,hosts_per_leaf=3,leaves_per_pod=2"),
     "nvl72": load_preset("nvl72"),
 }
 ACCELERATORS = ["H100:1", "H100:2", "H100:4", "H100:8", "any:1", "any:3", "T4:0.25",
-                "T4:0.5", "H100:0.5", "L4:2", "B200:4", "any:0.75"]  # fmt: skip
+                "T4:0.5", "H100:0.5", "L4:2", "B200:4", "B200:12", "any:0.75"]  # fmt: skip
 TOPOLOGY = [None, "nvlink", "host", "leaf", "any"]
 
 
@@ -97,8 +120,8 @@ def test_decisions_keep_every_invariant(snap: Snapshot, which: int) -> None:
             domains = snap.fabric.domains.map(req.domain)
             keys = {domains[d] for d in p.devices}
             assert len(keys) == 1, (s.job, req, p.devices)
-        # the span is honest
-        assert len({topo.domain_of[p.span][d] for d in p.devices}) == 1
+        # the span is honest: one fabric domain at that level holds the gang
+        assert len({snap.fabric.domains.map(p.span)[d] for d in p.devices}) == 1
     assert all(v <= 1.0 + 1e-9 for v in used.values()), used
     # every queued job not started has a reason; no job both starts and waits
     queued = {j.id for j in snap.jobs if j.state is JobState.ADMITTED}
@@ -112,6 +135,15 @@ def test_decisions_keep_every_invariant(snap: Snapshot, which: int) -> None:
         assert jobs[p.job].state is JobState.RUNNING
         assert jobs[p.job].priority < jobs[p.for_job].priority
         assert p.for_job in decision.waiting
+    # devices nominated for a preempting whole-device job are not given to anyone else
+    nominated = {
+        d
+        for j, devs in decision.nominations.items()
+        if jobs[j].spec.resources.accelerators.share == 1
+        for d in devs
+    }
+    assert not nominated & {d for s in decision.starts for d in s.placement.devices}
+    assert set(decision.nominations) <= {p.for_job for p in decision.preemptions}
     # deterministic
     assert sched.decide(snap) == decision
 

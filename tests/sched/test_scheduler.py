@@ -149,13 +149,50 @@ def test_no_preemption_of_equal_or_higher_priority(lab: Fabric) -> None:
     assert d.preemptions == () and "u" in d.waiting
 
 
-def test_jobs_already_being_preempted_are_waited_for(lab: Fabric) -> None:
-    stopping = job("stopping", "H100:8", devices=on("a", *range(8)), state=JobState.PREEMPTING)
-    other = job("other", "H100:8", devices=on("b", *range(8)), started=2)
-    u = job("u", "H100:8", priority=9, topology={"required": "nvlink"})
-    d = decide(lab, stopping, other, u, sched=Scheduler("priority", preemption="priority"))
-    assert d.preemptions == ()
-    assert d.waiting["u"].endswith("waiting for preempted jobs to release devices")
+def test_preempted_devices_are_nominated_and_held_for_their_job(lab: Fabric) -> None:
+    prio = Scheduler("priority", preemption="priority")
+    big = [job(f"big-{h}", "H100:8", devices=on(h, *range(8)), priority=100) for h in "ab"]
+    low = job("low", "H100:2", devices=on("c", 0, 1), priority=0, started=1)
+    hi = job("hi", "H100:4", t=5, priority=50, topology={"required": "nvlink"})
+    small = job("small", "H100:2", t=6, priority=1)
+    d = decide(lab, *big, low, hi, small, sched=prio)
+    assert [p.job for p in d.preemptions] == ["low"]
+    assert d.nominations == {"hi": on("c", 0, 1, 2, 3)}
+    assert "small" not in started(d)  # c/gpu2,3 are held for hi, not taken by small
+    # next round: low is stopping; hi waits for it, and nobody else takes its devices
+    stopping = job("low", "H100:2", devices=on("c", 0, 1), state=JobState.PREEMPTING)
+    hi2 = job("hi", "H100:4", t=5, priority=50, topology={"required": "nvlink"},
+              nominated=d.nominations["hi"])  # fmt: skip
+    d2 = decide(lab, *big, stopping, hi2, small, sched=prio)
+    assert d2.preemptions == () and "small" not in started(d2)
+    assert d2.waiting["hi"].endswith("waiting for preempted jobs to release 2 nominated devices")
+    # once low is gone, hi starts on its nomination
+    d3 = decide(lab, *big, hi2, small, sched=prio)
+    assert started(d3)["hi"] == on("c", 0, 1, 2, 3)
+
+
+def test_victims_on_unschedulable_devices_free_nothing(lab: Fabric) -> None:
+    states = {d: DeviceState.READY for d in lab.devices}
+    for i in (2, 3):
+        states[f"c/gpu{i}"] = DeviceState.DRAINING
+    big = [job(f"big-{h}", "H100:8", devices=on(h, *range(8)), priority=100) for h in "ab"]
+    low = job("low", "H100:2", devices=on("c", 0, 1), priority=0)
+    hi = job("hi", "H100:4", priority=50, topology={"required": "nvlink"})
+    snap = Snapshot(lab, 0.0, states, (*big, low, hi))
+    d = Scheduler("priority", preemption="priority").decide(snap)
+    assert d.preemptions == ()  # stopping low would still leave hi 2 devices short
+
+
+def test_victims_lowest_priority_first(lab: Fabric) -> None:
+    running = [
+        job("important-ckpt", "H100:8", devices=on("a", *range(8)), priority=9,
+            checkpointable=True),
+        job("scratch", "H100:4", devices=on("c", *range(4)), priority=0),
+        job("other", "H100:8", devices=on("b", *range(8)), priority=9),
+    ]  # fmt: skip
+    d = decide(lab, *running, job("hi", "H100:4", priority=10, topology={"required": "nvlink"}),
+               sched=Scheduler("priority", preemption="priority"))  # fmt: skip
+    assert [p.job for p in d.preemptions] == ["scratch"]
 
 
 def test_same_snapshot_same_decision(lab: Fabric) -> None:

@@ -41,6 +41,8 @@ def test_accelerator_forms(text: object, models: tuple[str, ...], count: int, sh
         ("H100:x", "'x' is not a number of devices"),
         (":4", "write MODEL:COUNT"),
         ({"models": ["T4"], "count": 2, "share": 0.5}, "count must be 1"),
+        ("T4:1e-10", "greater than or equal to 0.01"),
+        ("T4:0.333", "shares come in steps of 0.01"),
     ],
 )
 def test_bad_accelerators(text: object, needle: str) -> None:

@@ -1,11 +1,15 @@
 """Free capacity, indexed so that a placement touches a handful of entries, not the fabric.
 
-For every device class and domain level the index keeps how many *wholly free* devices
-each domain has, and buckets of domains by that count, so "the smallest domain with at
-least k free" is a walk over a few distinct counts. Partly used devices (fractional shares)
-are kept sorted by free share per class for best-fit packing. Every change is logged so
-that what-if questions (would this job fit if those jobs were preempted?) can be rolled
-back exactly.
+For every device class and node of the domain tree the index keeps how many *wholly free*
+devices the node has, and buckets of nodes by that count (per depth, level and the set of
+levels the node lies within), so "the smallest domain with at least k free" is a walk over
+a few distinct counts. Partly used devices (fractional shares) are kept sorted by free
+share per class for best-fit packing. Only schedulable devices ever count as free, even in
+what-if releases. Every change is logged so that what-if questions (would this job fit if
+those jobs were preempted?) can be rolled back exactly.
+
+Shares are whole multiples of 1/``SHARE_UNITS`` and kept as integers, so a device is
+wholly free exactly when no unit of it is used.
 """
 
 from __future__ import annotations
@@ -16,94 +20,116 @@ from collections.abc import Iterable, Mapping
 from accelnet.fabric import DomainLevel
 from accelnet.sched.topology import Topology
 
-EPS = 1e-9
+SHARE_UNITS = 100  # the finest share of a device a job can ask for: 0.01
+
+BucketKey = tuple[int, DomainLevel, frozenset[DomainLevel]]
+
+
+def units(share: float) -> int:
+    """A share (0..1] as whole units of 1/SHARE_UNITS."""
+    return round(share * SHARE_UNITS)
 
 
 class CapacityIndex:
-    """Free shares of schedulable devices, with per-domain counts of wholly free ones."""
+    """Free units of schedulable devices, with per-node counts of wholly free ones."""
 
     def __init__(self, topo: Topology, free: Mapping[str, float]) -> None:
         """``free``: free share (0..1] of every schedulable device; others are absent."""
         self.topo = topo
-        self.free: dict[str, float] = {}
-        # whole[cls][level][domain] = wholly free devices of cls in domain
-        self.whole: dict[str, dict[DomainLevel, dict[str, int]]] = {}
-        # buckets[cls][level][count] = domains with exactly that many (insertion-ordered)
-        self.buckets: dict[str, dict[DomainLevel, dict[int, dict[str, None]]]] = {}
-        # partial[cls] = sorted (free share, fabric order, device) for 0 < free < 1
-        self.partial: dict[str, list[tuple[float, int, str]]] = {}
-        self._log: list[tuple[str, float]] = []
-        for c in topo.classes:
-            self.whole[c] = {lv: {} for lv in topo.levels}
-            self.buckets[c] = {lv: {} for lv in topo.levels}
-            self.partial[c] = []
+        self.schedulable = frozenset(free)
+        self.free: dict[str, int] = {}
+        self.whole: dict[str, dict[str, int]] = {c: {} for c in topo.classes}
+        self.buckets: dict[str, dict[BucketKey, dict[int, dict[str, None]]]] = {
+            c: {} for c in topo.classes
+        }
+        self.partial: dict[str, list[tuple[int, int, str]]] = {c: [] for c in topo.classes}
+        self._log: list[tuple[str, int]] = []
         order = topo.order
         for dev in sorted(free, key=order.__getitem__):
-            share = free[dev]
-            if share > EPS:
-                self._set(dev, 0.0, share)
+            have = units(free[dev])
+            if have > 0:
+                self._set(dev, 0, have)
 
     # ----- queries --------------------------------------------------------------------
-    def whole_free(self, cls: str, level: DomainLevel, domain: str) -> int:
-        """Wholly free devices of ``cls`` in ``domain``."""
-        return self.whole[cls][level].get(domain, 0)
+    def is_whole(self, dev: str) -> bool:
+        """Whether ``dev`` is schedulable and wholly free."""
+        return self.free.get(dev, 0) == SHARE_UNITS
+
+    def free_share(self, dev: str) -> float:
+        """The free share of ``dev`` (0 if unschedulable or fully used)."""
+        return self.free.get(dev, 0) / SHARE_UNITS
+
+    def whole_free(self, cls: str, node: str) -> int:
+        """Wholly free devices of ``cls`` in ``node``."""
+        return self.whole[cls].get(node, 0)
 
     def total_whole(self, cls: str) -> int:
         """Wholly free devices of ``cls`` in the fabric."""
-        return sum(self.whole[cls][DomainLevel.FABRIC].values())
+        root = self.topo.nodes_at[0][0]
+        return self.whole[cls].get(root, 0)
 
-    def best_fit(self, cls: str, level: DomainLevel, k: int) -> str | None:
-        """The domain at ``level`` with the fewest wholly free ``cls`` devices that are >= k."""
-        buckets = self.buckets[cls][level]
-        best = None
-        for count in buckets:
-            if count >= k and (best is None or count < best):
-                best = count
-        if best is None:
-            return None
-        return next(iter(buckets[best]))
+    def best_fit(
+        self, cls: str, depth: int, k: int, within: DomainLevel | None = None
+    ) -> str | None:
+        """The node at ``depth`` (inside one ``within`` domain) with the fewest wholly free
+        ``cls`` devices that are still >= ``k``."""
+        best: tuple[int, str] | None = None
+        for (d, _, levels), buckets in self.buckets[cls].items():
+            if d != depth or (within is not None and within not in levels):
+                continue
+            for count in buckets:
+                if count >= k and (best is None or count < best[0]):
+                    best = (count, next(iter(buckets[count])))
+        return None if best is None else best[1]
 
-    def first_fit(self, cls: str, level: DomainLevel, k: int) -> str | None:
-        """The first domain at ``level`` (in fabric order) with >= k wholly free devices."""
-        counts = self.whole[cls][level]
-        for dom in self.topo.domains_at[level]:
-            if counts.get(dom, 0) >= k:
-                return dom
+    def first_fit(
+        self, cls: str, depth: int, k: int, within: DomainLevel | None = None
+    ) -> str | None:
+        """The first node at ``depth`` in fabric order with >= ``k`` wholly free devices."""
+        counts = self.whole[cls]
+        nodes = self.topo.nodes
+        for node in self.topo.nodes_at[depth]:
+            if counts.get(node, 0) >= k and (within is None or within in nodes[node].within):
+                return node
         return None
 
     def largest(self, cls: str, level: DomainLevel) -> tuple[str | None, int]:
-        """The domain at ``level`` with the most wholly free ``cls`` devices, and how many."""
-        buckets = self.buckets[cls][level]
-        if not buckets:
-            return None, 0
-        top = max(buckets)
-        return next(iter(buckets[top])), top
+        """The ``level`` node with the most wholly free ``cls`` devices, and how many."""
+        best: tuple[str | None, int] = (None, 0)
+        for (_, lv, _), buckets in self.buckets[cls].items():
+            if lv is level and buckets:
+                top = max(buckets)
+                if top > best[1]:
+                    best = (next(iter(buckets[top])), top)
+        return best
 
     def best_partial(self, cls: str, share: float) -> str | None:
-        """The partly used device of ``cls`` with the least free share that is >= ``share``."""
+        """The partly used device of ``cls`` with the least room that is >= ``share``."""
         items = self.partial[cls]
-        i = bisect.bisect_left(items, (share - EPS, -1, ""))
+        i = bisect.bisect_left(items, (units(share), -1, ""))
         return items[i][2] if i < len(items) else None
 
     def max_partial(self, cls: str) -> float:
         """The largest free share among partly used devices of ``cls`` (0 if none)."""
         items = self.partial[cls]
-        return items[-1][0] if items else 0.0
+        return items[-1][0] / SHARE_UNITS if items else 0.0
 
     # ----- changes --------------------------------------------------------------------
     def take(self, dev: str, share: float) -> None:
         """Use ``share`` of ``dev``; raises ValueError if it has less free."""
-        have = self.free.get(dev, 0.0)
-        if share > have + EPS:
-            raise ValueError(f"{dev} has {have:g} free, cannot take {share:g}")
+        have, want = self.free.get(dev, 0), units(share)
+        if want > have:
+            raise ValueError(f"{dev} has {have / SHARE_UNITS:g} free, cannot take {share:g}")
         self._log.append((dev, have))
-        self._set(dev, have, max(0.0, have - share))
+        self._set(dev, have, have - want)
 
     def give(self, dev: str, share: float) -> None:
-        """Free ``share`` of ``dev`` (a what-if release of a running job)."""
-        have = self.free.get(dev, 0.0)
+        """Free ``share`` of ``dev`` (a what-if release); unschedulable devices stay used."""
+        if dev not in self.schedulable:
+            return
+        have = self.free.get(dev, 0)
         self._log.append((dev, have))
-        self._set(dev, have, min(1.0, have + share))
+        self._set(dev, have, min(SHARE_UNITS, have + units(share)))
 
     def mark(self) -> int:
         """A point to :meth:`rollback` to."""
@@ -113,7 +139,7 @@ class CapacityIndex:
         """Undo every change since ``mark``."""
         while len(self._log) > mark:
             dev, before = self._log.pop()
-            self._set(dev, self.free.get(dev, 0.0), before)
+            self._set(dev, self.free.get(dev, 0), before)
 
     def take_all(self, devices: Iterable[str], share: float) -> None:
         """:meth:`take` on each device."""
@@ -121,34 +147,37 @@ class CapacityIndex:
             self.take(d, share)
 
     # ----- internals ------------------------------------------------------------------
-    def _set(self, dev: str, old: float, new: float) -> None:
-        cls = self.topo.class_of[dev].key
-        was_whole, is_whole = old >= 1.0 - EPS, new >= 1.0 - EPS
-        order = self.topo.order[dev]
-        if EPS < old < 1.0 - EPS:
+    def _set(self, dev: str, old: int, new: int) -> None:
+        topo = self.topo
+        cls = topo.class_of[dev].key
+        order = topo.order[dev]
+        if 0 < old < SHARE_UNITS:
             items = self.partial[cls]
             del items[bisect.bisect_left(items, (old, order, dev))]
-        if EPS < new < 1.0 - EPS:
+        if 0 < new < SHARE_UNITS:
             bisect.insort(self.partial[cls], (new, order, dev))
-        if new > EPS:
+        if new > 0:
             self.free[dev] = new
         else:
             self.free.pop(dev, None)
-        if was_whole != is_whole:
-            delta = 1 if is_whole else -1
-            for level in self.topo.levels:
-                dom = self.topo.domain_of[level][dev]
-                counts = self.whole[cls][level]
-                before = counts.get(dom, 0)
-                after = before + delta
-                buckets = self.buckets[cls][level]
-                if before:
-                    b = buckets[before]
-                    del b[dom]
-                    if not b:
-                        del buckets[before]
-                if after:
-                    counts[dom] = after
-                    buckets.setdefault(after, {})[dom] = None
-                else:
-                    counts.pop(dom, None)
+        was_whole, is_whole = old == SHARE_UNITS, new == SHARE_UNITS
+        if was_whole == is_whole:
+            return
+        delta = 1 if is_whole else -1
+        counts = self.whole[cls]
+        all_buckets = self.buckets[cls]
+        for node_id in topo.chain[dev]:
+            node = topo.nodes[node_id]
+            before = counts.get(node_id, 0)
+            after = before + delta
+            buckets = all_buckets.setdefault((node.depth, node.level, node.within), {})
+            if before:
+                b = buckets[before]
+                del b[node_id]
+                if not b:
+                    del buckets[before]
+            if after:
+                counts[node_id] = after
+                buckets.setdefault(after, {})[node_id] = None
+            else:
+                counts.pop(node_id, None)

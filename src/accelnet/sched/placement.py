@@ -18,7 +18,7 @@ from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import Placement
-from accelnet.sched.topology import LEVEL_NAMES, DeviceClass
+from accelnet.sched.topology import DEPTHS, LEVEL_NAMES, DeviceClass
 
 
 class PlacementStrategy(ABC):
@@ -27,76 +27,71 @@ class PlacementStrategy(ABC):
     name = "?"
 
     @abstractmethod
-    def pick_domain(self, index: CapacityIndex, cls: str, level: DomainLevel, k: int) -> str | None:
-        """A domain at ``level`` with at least ``k`` wholly free ``cls`` devices, or None."""
+    def pick(
+        self, index: CapacityIndex, cls: str, depth: int, k: int, within: DomainLevel | None
+    ) -> str | None:
+        """A node at ``depth`` inside one ``within`` domain with >= ``k`` wholly free
+        ``cls`` devices, or None."""
 
     def place(self, req: Request, index: CapacityIndex) -> Placement | None:
         """Devices for the whole gang, or None if it does not fit now."""
         if req.share < 1:
             return self._place_share(req, index)
-        levels = index.topo.levels
-        allowed = index.topo.allowed(req.required)
-        fallback: tuple[int, int, DeviceClass, DomainLevel, str] | None = None
+        topo = index.topo
+        fallback: tuple[int, int, DeviceClass, str] | None = None
         for rank, cls in enumerate(req.classes):
             if index.total_whole(cls.key) < req.count:
                 continue
-            for level in allowed:
-                dom = self.pick_domain(index, cls.key, level, req.count)
-                if dom is None:
+            for depth in range(DEPTHS - 1, -1, -1):  # tightest domains first
+                node = self.pick(index, cls.key, depth, req.count, req.required)
+                if node is None:
                     continue
-                good = req.preferred is None or levels.index(level) <= levels.index(req.preferred)
-                if good:
-                    return self._realise(index, cls, level, dom, req.count)
-                cand = (levels.index(level), rank, cls, level, dom)
+                if req.preferred is None or req.preferred in topo.nodes[node].within:
+                    return self._realise(index, cls, node, req.count)
+                cand = (DEPTHS - depth, rank, cls, node)
                 if fallback is None or cand[:2] < fallback[:2]:
                     fallback = cand
                 break
         if fallback is None:
             return None
-        _, _, cls, level, dom = fallback
-        return self._realise(index, cls, level, dom, req.count)
+        return self._realise(index, fallback[2], fallback[3], req.count)
 
-    def _realise(
-        self, index: CapacityIndex, cls: DeviceClass, level: DomainLevel, dom: str, k: int
-    ) -> Placement:
-        devices = tuple(gather(index, cls.key, level, dom, k))
-        return Placement(devices, 1.0, cls.model.name, level)
+    @staticmethod
+    def _realise(index: CapacityIndex, cls: DeviceClass, node: str, k: int) -> Placement:
+        devices = tuple(gather(index, cls.key, node, k))
+        return Placement(devices, 1.0, cls.model.name, index.topo.span(devices))
 
-    def _place_share(self, req: Request, index: CapacityIndex) -> Placement | None:
+    @staticmethod
+    def _place_share(req: Request, index: CapacityIndex) -> Placement | None:
         for cls in req.classes:
             dev = index.best_partial(cls.key, req.share)
-            tightest = index.topo.levels[0]
             if dev is None:
-                dom = index.best_fit(cls.key, tightest, 1)
-                if dom is None:
+                node = index.best_fit(cls.key, DEPTHS - 1, 1)
+                if node is None:
                     continue
-                dev = gather(index, cls.key, tightest, dom, 1)[0]
-            return Placement((dev,), req.share, cls.model.name, tightest)
+                dev = gather(index, cls.key, node, 1)[0]
+            return Placement((dev,), req.share, cls.model.name, index.topo.span((dev,)))
         return None
 
 
-def gather(index: CapacityIndex, cls: str, level: DomainLevel, dom: str, k: int) -> list[str]:
-    """``k`` wholly free ``cls`` devices inside ``dom`` (which has at least ``k``).
+def gather(index: CapacityIndex, cls: str, node: str, k: int) -> list[str]:
+    """``k`` wholly free ``cls`` devices inside ``node`` (which has at least ``k``).
 
     Inside, a single child domain that fits is used (the fullest such, best fit); otherwise
     the fullest children are taken whole and the remainder goes to the best-fitting child,
     so the gang spans as few child domains as possible.
     """
     topo = index.topo
-    if level is topo.levels[0]:
-        whole = 1.0 - 1e-9
-        members = topo.children[level][dom]
-        free = [d for d in members if topo.class_of[d].key == cls and index.free.get(d, 0) >= whole]
+    members = topo.children[node]
+    if topo.nodes[node].depth == DEPTHS - 1:
+        free = [d for d in members if topo.class_of[d].key == cls and index.is_whole(d)]
         return free[:k]
-    below = topo.levels[topo.levels.index(level) - 1]
-    kids = [
-        (index.whole_free(cls, below, c), i, c) for i, c in enumerate(topo.children[level][dom])
-    ]
+    kids = [(index.whole_free(cls, c), i, c) for i, c in enumerate(members)]
     kids = [x for x in kids if x[0] > 0]
     fits = [x for x in kids if x[0] >= k]
     if fits:
         _, _, child = min(fits)
-        return gather(index, cls, below, child, k)
+        return gather(index, cls, child, k)
     kids.sort(key=lambda x: (-x[0], x[1]))
     out: list[str] = []
     remaining = k
@@ -104,10 +99,10 @@ def gather(index: CapacityIndex, cls: str, level: DomainLevel, dom: str, k: int)
         rest = [x for x in kids[pos:] if x[0] >= remaining]
         if rest:  # the remainder fits in one child: take the tightest such
             _, _, last = min(rest)
-            return out + gather(index, cls, below, last, remaining)
-        out += gather(index, cls, below, child, n)
+            return out + gather(index, cls, last, remaining)
+        out += gather(index, cls, child, n)
         remaining -= n
-    raise AssertionError(f"{dom} counted {k} free {cls} devices but has fewer")
+    raise AssertionError(f"{node} counted {k} free {cls} devices but has fewer")
 
 
 def explain(req: Request, index: CapacityIndex) -> str:
@@ -130,8 +125,8 @@ def explain(req: Request, index: CapacityIndex) -> str:
             parts.append(f"needs {req.what(cls)}; {free} of {total} free")
             continue
         level = req.required or DomainLevel.FABRIC
-        dom, most = index.largest(cls.key, level)
-        where = f" (on {index.topo.host_of_domain(level, dom)})" if dom else ""
+        node, most = index.largest(cls.key, level)
+        where = f" (on {index.topo.place_name(node)})" if node else ""
         parts.append(
             f"needs {req.what(cls)} in one {LEVEL_NAMES[level]}; "
             f"largest free {LEVEL_NAMES[level]} has {most}{where}"
@@ -144,9 +139,11 @@ class BestFit(PlacementStrategy):
 
     name = "best-fit"
 
-    def pick_domain(self, index: CapacityIndex, cls: str, level: DomainLevel, k: int) -> str | None:
-        """See :meth:`PlacementStrategy.pick_domain`."""
-        return index.best_fit(cls, level, k)
+    def pick(
+        self, index: CapacityIndex, cls: str, depth: int, k: int, within: DomainLevel | None
+    ) -> str | None:
+        """See :meth:`PlacementStrategy.pick`."""
+        return index.best_fit(cls, depth, k, within)
 
 
 class FirstFit(PlacementStrategy):
@@ -154,9 +151,11 @@ class FirstFit(PlacementStrategy):
 
     name = "first-fit"
 
-    def pick_domain(self, index: CapacityIndex, cls: str, level: DomainLevel, k: int) -> str | None:
-        """See :meth:`PlacementStrategy.pick_domain`."""
-        return index.first_fit(cls, level, k)
+    def pick(
+        self, index: CapacityIndex, cls: str, depth: int, k: int, within: DomainLevel | None
+    ) -> str | None:
+        """See :meth:`PlacementStrategy.pick`."""
+        return index.first_fit(cls, depth, k, within)
 
 
 PLACEMENTS: Registry[PlacementStrategy] = Registry(

@@ -1,9 +1,10 @@
 """Preemption rules: which running jobs to stop so that a more important one can start.
 
 ``priority``: a job may preempt jobs of strictly lower priority, and only when that makes
-it fit. Victims are tried in the order that loses least work: checkpointable jobs first,
-then the lowest priority, then the most recently started; the set is then pruned to the
-jobs whose devices are really needed. ``none`` never preempts.
+it fit. Victims are tried lowest priority first, then checkpointable before not (they lose
+least work), then the most recently started; the set is then pruned to the jobs whose
+devices are really needed. Devices that cannot be scheduled (draining, unhealthy) never
+count as freed. ``none`` never preempts.
 
 A rule prepares a :class:`VictimSearch` once per decision (sorting the running jobs and
 counting what each priority could free), so a long queue of waiting jobs costs a
@@ -12,11 +13,11 @@ logarithmic check each, not a scan of every running job.
 
 from __future__ import annotations
 
-import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from accelnet.sched.capacity import CapacityIndex
+from accelnet.fabric import DomainLevel
+from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.registry import Registry
@@ -25,11 +26,10 @@ from accelnet.sched.snapshot import JobView
 
 
 def release(index: CapacityIndex, job: JobView) -> None:
-    """What-if: give the job's devices back to ``index`` (roll back to undo)."""
+    """What-if: give the job's schedulable devices back to ``index`` (roll back to undo)."""
     assert job.placement is not None
     for dev in job.placement.devices:
-        if dev in index.topo.class_of:
-            index.give(dev, job.placement.share)
+        index.give(dev, job.placement.share)
 
 
 class VictimSearch(ABC):
@@ -67,52 +67,79 @@ class _PrioritySearch(VictimSearch):
     def __init__(self, running: Sequence[JobView]) -> None:
         self._order = sorted(
             (v for v in running if v.state is JobState.RUNNING and v.placement is not None),
-            key=lambda v: (not v.spec.checkpointable, v.priority, -(v.started_at or 0.0), v.id),
+            key=lambda v: (v.priority, not v.spec.checkpointable, -(v.started_at or 0.0), v.id),
         )
-        # per model: priorities ascending and the devices all jobs up to each could free
-        per: dict[str, list[tuple[int, int]]] = {}
-        for v in self._order:
-            assert v.placement is not None
-            per.setdefault(v.placement.model, []).append((v.priority, len(v.placement.devices)))
-        self._prio: dict[str, list[int]] = {}
-        self._cum: dict[str, list[int]] = {}
-        for model, items in per.items():
-            items.sort()
-            self._prio[model] = [p for p, _ in items]
-            total, cum = 0, []
-            for _, n in items:
-                total += n
-                cum.append(total)
-            self._cum[model] = cum
         self._taken: set[str] = set()
-
-    def _freeable(self, model: str, below: int) -> int:
-        prios = self._prio.get(model)
-        if not prios:
-            return 0
-        i = bisect.bisect_left(prios, below)
-        return self._cum[model][i - 1] if i else 0
+        # request shape -> highest priority for which no victims were found (failures only
+        # get more certain within a decision: capacity only shrinks, victims only go)
+        self._failed: dict[tuple[object, ...], int] = {}
 
     def victims(
         self, job: JobView, req: Request, index: CapacityIndex, placement: PlacementStrategy
     ) -> list[JobView] | None:
         if not req.classes:
             return None
+        shape = (tuple(c.key for c in req.classes), req.count, req.share, req.required,
+                 req.preferred)  # fmt: skip
+        if self._failed.get(shape, -(10**9)) >= job.priority:
+            return None
+        found = self._search(job, req, index, placement)
+        if found is None:
+            self._failed[shape] = max(job.priority, self._failed.get(shape, -(10**9)))
+        else:
+            self._taken.update(v.id for v in found)
+        return found
+
+    def _search(
+        self, job: JobView, req: Request, index: CapacityIndex, placement: PlacementStrategy
+    ) -> list[JobView] | None:
+        topo = index.topo
+        keys = {c.key for c in req.classes}
         models = {c.model.name for c in req.classes}
-        if req.share >= 1:
-            free = sum(index.total_whole(c.key) for c in req.classes)
-            if free + sum(self._freeable(m, job.priority) for m in models) < req.count:
-                return None  # even every lower-priority job together would not make room
+        candidates = [
+            v
+            for v in self._order
+            if v.priority < job.priority
+            and v.id not in self._taken
+            and v.placement is not None
+            and v.placement.model in models
+        ]
+        if not candidates:
+            return None
+        # Arithmetic first: per domain of the level the job must fit in, what is free now
+        # and what the candidates there could free. Only domains where that reaches the
+        # gang are searched, and place() runs only once the released devices could suffice.
+        level = req.required or DomainLevel.FABRIC
+        dmap = topo.domain_of[level]
+        need = req.count * req.share
+        free: dict[str, float] = {}
+        for dev, have in index.free.items():
+            if topo.class_of[dev].key in keys:
+                free[dmap[dev]] = free.get(dmap[dev], 0.0) + have / SHARE_UNITS
+        gain: dict[str, float] = {}
+        for v in candidates:
+            assert v.placement is not None
+            for dev in v.placement.devices:
+                if dev in index.schedulable and topo.class_of[dev].key in keys:
+                    gain[dmap[dev]] = gain.get(dmap[dev], 0.0) + v.placement.share
+        viable = {d for d in gain if free.get(d, 0.0) + gain[d] >= need - 1e-9}
+        if not viable:
+            return None
         mark = index.mark()
         chosen: list[JobView] = []
-        for v in self._order:
+        released: dict[str, float] = {}
+        for v in candidates:
             assert v.placement is not None
-            if v.priority >= job.priority or v.placement.model not in models:
-                continue
-            if v.id in self._taken:
+            doms = {dmap[d] for d in v.placement.devices} & viable
+            if not doms:
                 continue
             release(index, v)
             chosen.append(v)
+            for dev in v.placement.devices:
+                if dev in index.schedulable and topo.class_of[dev].key in keys:
+                    released[dmap[dev]] = released.get(dmap[dev], 0.0) + v.placement.share
+            if not any(free.get(d, 0.0) + released.get(d, 0.0) >= need - 1e-9 for d in doms):
+                continue
             if placement.place(req, index) is not None:
                 break
         else:
@@ -121,15 +148,21 @@ class _PrioritySearch(VictimSearch):
         # prune: drop victims whose devices the job turns out not to need
         for v in list(reversed(chosen[:-1])):
             inner = index.mark()
-            assert v.placement is not None
-            index.take_all(v.placement.devices, v.placement.share)
+            hold(index, v)
             if placement.place(req, index) is None:
                 index.rollback(inner)
             else:
                 chosen.remove(v)
         index.rollback(mark)
-        self._taken.update(v.id for v in chosen)
         return chosen
+
+
+def hold(index: CapacityIndex, job: JobView) -> None:
+    """Undo :func:`release` for one job (its schedulable devices are used again)."""
+    assert job.placement is not None
+    for dev in job.placement.devices:
+        if dev in index.schedulable:
+            index.take(dev, job.placement.share)
 
 
 class PriorityPreemption(PreemptionRule):

@@ -73,13 +73,16 @@ class Scheduler:
         usage = _usage(running)
         starts: list[Start] = []
         preemptions: list[Preempt] = []
+        nominations: dict[str, tuple[str, ...]] = {}
         waiting: dict[str, str] = {}
         search = self.preemption.start(running)
-        pending_release = [j for j in running if j.state is JobState.PREEMPTING]
+        queued = queued_jobs(snapshot)
+        # devices promised to jobs by earlier preemptions are held for them alone
+        held = {j.id: _reserve(index, j.nominated) for j in queued if j.nominated}
         for job in snapshot.jobs:
             if job.state is JobState.PENDING:
                 waiting[job.id] = "waiting for admission"
-        for job in self.ordering.order(snapshot, queued_jobs(snapshot)):
+        for job in self.ordering.order(snapshot, queued):
             never = rejection(job.spec, topo)
             if never is not None:
                 waiting[job.id] = f"can never run here: {never.message}"
@@ -90,45 +93,75 @@ class Scheduler:
             if quota_note is not None:
                 waiting[job.id] = quota_note
                 continue
+            mark = index.mark()
+            for dev, share in held.get(job.id, ()):  # its own reservation is free for it
+                index.give(dev, share)
             placed = self.placement.place(req, index)
             if placed is not None:
                 index.take_all(placed.devices, placed.share)
                 starts.append(Start(job.id, placed))
                 _charge(usage, job.spec.tenant, placed)
                 continue
+            index.rollback(mark)
             reason = explain(req, index)
-            if self._fits_after(req, index, pending_release):
-                waiting[job.id] = f"{reason}; waiting for preempted jobs to release devices"
+            mine = {d for d, share in held.get(job.id, ()) if share >= 1}
+            pending = [d for d in job.nominated if d not in mine]
+            if pending:
+                waiting[job.id] = (
+                    f"{reason}; waiting for preempted jobs to release {len(pending)} "
+                    f"nominated device{'s' * (len(pending) > 1)}"
+                )
+                nominations[job.id] = job.nominated
                 continue
             victims = search.victims(job, req, index, self.placement) if search else None
-            if victims:
-                names = ", ".join(v.id for v in victims)
-                for v in victims:
-                    preemptions.append(
-                        Preempt(
-                            v.id,
-                            job.id,
-                            f"preempted for {job.id} (priority {job.priority} > {v.priority})"
-                            f", which {reason}",
-                        )
-                    )
-                pending_release += victims
-                waiting[job.id] = f"{reason}; preempting {names}"
-            else:
+            if not victims:
                 waiting[job.id] = reason
+                continue
+            target = _placement_after(index, victims, req, self.placement)
+            nominations[job.id] = target
+            _reserve(index, target)  # later jobs in this decision must not take them
+            names = ", ".join(v.id for v in victims)
+            for v in victims:
+                preemptions.append(
+                    Preempt(
+                        v.id,
+                        job.id,
+                        f"preempted for {job.id} (priority {job.priority} > {v.priority}), "
+                        f"which {reason}",
+                    )
+                )
+            waiting[job.id] = f"{reason}; preempting {names}"
         return Decision(
-            tuple(starts), tuple(preemptions), waiting, self.ordering.time_shares(snapshot)
+            tuple(starts),
+            tuple(preemptions),
+            waiting,
+            self.ordering.time_shares(snapshot),
+            nominations,
         )
 
-    def _fits_after(self, req: Request, index: CapacityIndex, leaving: list[JobView]) -> bool:
-        if not leaving:
-            return False
-        mark = index.mark()
-        for job in leaving:
-            release(index, job)
-        fits = self.placement.place(req, index) is not None
-        index.rollback(mark)
-        return fits
+
+def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """Take whatever is free of ``devices`` out of ``index``; returns what was taken."""
+    taken = []
+    for d in devices:
+        share = index.free_share(d)
+        if share > 0:
+            index.take(d, share)
+            taken.append((d, share))
+    return tuple(taken)
+
+
+def _placement_after(
+    index: CapacityIndex, victims: list[JobView], req: Request, placement: PlacementStrategy
+) -> tuple[str, ...]:
+    """Where ``req`` goes once ``victims`` are gone (the nomination)."""
+    mark = index.mark()
+    for v in victims:
+        release(index, v)
+    found = placement.place(req, index)
+    index.rollback(mark)
+    assert found is not None, "victims were chosen because the job fits without them"
+    return found.devices
 
 
 def _usage(running: list[JobView]) -> dict[str, dict[str, float]]:

@@ -42,7 +42,11 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """A job as the scheduler sees it."""
+    """A job as the scheduler sees it.
+
+    ``nominated`` holds the devices an earlier decision freed for this job by preemption
+    (from ``Decision.nominations``): until the job starts they are held for it alone.
+    """
 
     id: str
     spec: JobSpec
@@ -51,6 +55,7 @@ class JobView:
     attempts: int = 0
     started_at: float | None = None
     placement: Placement | None = None
+    nominated: tuple[str, ...] = ()
 
     @property
     def priority(self) -> int:
@@ -122,12 +127,16 @@ class Decision:
 
     ``time_shares`` is for round-based policies (Gavel-style): the fraction of time each job
     should get on each device model; None when the policy does not think in shares.
+    ``nominations`` names, for each job that preempted others, the devices it will start
+    on once its victims are gone (like Kubernetes' nominated node): the controller passes
+    them back as ``JobView.nominated`` so that no other job takes them meanwhile.
     """
 
     starts: tuple[Start, ...]
     preemptions: tuple[Preempt, ...]
     waiting: Mapping[str, str]
     time_shares: Mapping[str, Mapping[str, float]] | None = None
+    nominations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     def to_json(self) -> dict[str, Any]:
         """Stable JSON form (schema ``accelnet.decision/v1``)."""
@@ -141,4 +150,5 @@ class Decision:
             "time_shares": None
             if self.time_shares is None
             else {j: dict(s) for j, s in self.time_shares.items()},
+            "nominations": {j: list(d) for j, d in self.nominations.items()},
         }

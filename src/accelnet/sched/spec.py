@@ -98,7 +98,9 @@ class AcceleratorRequest(SpecModel):
         (), description="acceptable device models, in order of preference; empty = any"
     )
     count: int = Field(1, ge=1, le=65536, description="devices in the gang")
-    share: float = Field(1.0, gt=0, le=1, description="part of one device (with its memory)")
+    share: float = Field(
+        1.0, ge=0.01, le=1, description="part of one device (with its memory), in 0.01 steps"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -107,6 +109,8 @@ class AcceleratorRequest(SpecModel):
 
     @model_validator(mode="after")
     def _share_of_one(self) -> AcceleratorRequest:
+        if abs(self.share * 100 - round(self.share * 100)) > 1e-6:
+            raise ValueError(f"share {self.share:g}: shares come in steps of 0.01")
         if self.share < 1 and self.count != 1:
             raise ValueError("a fractional share is part of one device: count must be 1")
         return self

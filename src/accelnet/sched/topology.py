@@ -1,13 +1,18 @@
-"""The static shape the scheduler places into: device classes and nested domains.
+"""The static shape the scheduler places into: device classes and a tree of domains.
 
-Built once per fabric (the scheduler keeps it between decisions): which devices are alike
-(same model and memory: a *device class*), and the tree of placement domains, NVLink
-domain -> host -> leaf -> pod -> fabric, with each domain's children in fabric order.
+Built once per fabric (the scheduler keeps it between decisions). Devices that are alike
+(same model and memory) form a *device class*. Placement domains (NVLink domain, host,
+leaf, pod, fabric) form a tree, but not always in the same order: in an ordinary server
+the NVLink domain sits inside the host, while in a multi-node NVLink rack (NVL72) the hosts
+(trays) sit inside one NVLink domain, and such a domain may even span two leaf switches.
+So each device's chain of domains is ordered by size, tightest first; a node of the tree is
+one domain, and a domain that straddles two parents (a rare hybrid) is split, its key
+suffixed with ``@parent``, so that the tree stays a tree and every placement stays inside
+the domains it claims.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -21,6 +26,7 @@ LEVELS: tuple[DomainLevel, ...] = (
     DomainLevel.POD,
     DomainLevel.FABRIC,
 )
+DEPTHS = len(LEVELS)  # every device's chain has one domain of each level
 LEVEL_NAMES = {
     DomainLevel.NVLINK: "NVLink domain",
     DomainLevel.HOST: "host",
@@ -37,6 +43,23 @@ class DeviceClass:
     key: str
     model: DeviceModel
     memory_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One domain of the tree: its level, its fabric key, and its place in the tree.
+
+    ``depth`` counts from the fabric (0) down to the tightest domains (``DEPTHS - 1``);
+    ``within`` holds the levels of the node and all its ancestors: a gang placed inside
+    the node is inside one domain of each of those levels.
+    """
+
+    id: str
+    level: DomainLevel
+    key: str
+    depth: int
+    parent: str | None
+    within: frozenset[DomainLevel]
 
 
 class Topology:
@@ -57,35 +80,57 @@ class Topology:
         self.classes: Mapping[str, DeviceClass] = MappingProxyType(classes)
         self.class_of: Mapping[str, DeviceClass] = MappingProxyType(cls_of)
         self.order: Mapping[str, int] = MappingProxyType(order)
-        self.levels, self.domain_of = _nested_levels(fabric)
-        # children[level][domain] = domains one level down (devices under an NVLink domain)
-        self.children: dict[DomainLevel, dict[str, list[str]]] = {lv: {} for lv in self.levels}
-        first = self.levels[0]
-        bottom = self.domain_of[first]
-        for dev in fabric.devices:
-            self.children[first].setdefault(bottom[dev], []).append(dev)
-        for lower, upper in itertools.pairwise(self.levels):
-            seen: set[str] = set()
-            low_map, up_map = self.domain_of[lower], self.domain_of[upper]
-            for dev in fabric.devices:
-                child = low_map[dev]
-                if child not in seen:
-                    seen.add(child)
-                    self.children[upper].setdefault(up_map[dev], []).append(child)
-        self.domains_at: dict[DomainLevel, tuple[str, ...]] = {}
-        for level in self.levels:
-            self.domains_at[level] = tuple(dict.fromkeys(self.domain_of[level].values()))
-        self._largest: dict[tuple[str, DomainLevel], int] = {}
-        # how many devices of each class a domain has (free or not): for never-fit checks
+        self.domain_of: dict[DomainLevel, Mapping[str, str]] = {
+            level: fabric.domains.map(level) for level in LEVELS
+        }
+        self.nodes: dict[str, Node] = {}
+        self.chain: dict[str, tuple[str, ...]] = {}  # device -> node ids, tightest first
+        self.children: dict[str, list[str]] = {}  # node -> child nodes, or devices
+        self._build_tree()
+        self.nodes_at: dict[int, tuple[str, ...]] = {}
+        for depth in range(DEPTHS):
+            self.nodes_at[depth] = tuple(n.id for n in self.nodes.values() if n.depth == depth)
+        # devices of each class per *fabric* domain (unsplit), for never-fit checks
         self.size: dict[tuple[str, DomainLevel], dict[str, int]] = {}
         for dev, c in cls_of.items():
-            for level in self.levels:
+            for level in LEVELS:
                 per = self.size.setdefault((c.key, level), {})
                 dom = self.domain_of[level][dev]
                 per[dom] = per.get(dom, 0) + 1
+        self._largest: dict[tuple[str, DomainLevel], int] = {}
+
+    def _build_tree(self) -> None:
+        sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}
+        for level in LEVELS:
+            per = sizes[level]
+            for key in self.domain_of[level].values():
+                per[key] = per.get(key, 0) + 1
+        rank = {lv: i for i, lv in enumerate(LEVELS)}
+        for dev in self.fabric.devices:
+            levels = sorted(LEVELS, key=lambda lv: (sizes[lv][self.domain_of[lv][dev]], rank[lv]))
+            parent: str | None = None
+            within: frozenset[DomainLevel] = frozenset()
+            chain: list[str] = []
+            for depth, level in enumerate(reversed(levels)):
+                key = self.domain_of[level][dev]
+                node_id = f"{level.value}:{key}"
+                existing = self.nodes.get(node_id)
+                if existing is not None and existing.parent != parent:
+                    node_id = f"{node_id}@{parent}"  # straddles two parents: split it
+                    existing = self.nodes.get(node_id)
+                within = within | {level}
+                if existing is None:
+                    self.nodes[node_id] = Node(node_id, level, key, depth, parent, within)
+                    if parent is not None:
+                        self.children.setdefault(parent, []).append(node_id)
+                chain.append(node_id)
+                parent = node_id
+            self.chain[dev] = tuple(reversed(chain))
+            assert parent is not None
+            self.children.setdefault(parent, []).append(dev)
 
     def largest(self, cls: str, level: DomainLevel) -> int:
-        """Devices of class ``cls`` in the largest domain at ``level`` (free or not)."""
+        """Devices of class ``cls`` in the largest fabric domain at ``level`` (free or not)."""
         key = (cls, level)
         found = self._largest.get(key)
         if found is None:
@@ -93,41 +138,18 @@ class Topology:
             found = self._largest[key] = max(per.values()) if per else 0
         return found
 
-    def host_of_domain(self, level: DomainLevel, domain: str) -> str:
-        """A readable place for a domain key: the host for NVLink domains, else the key."""
-        domain = domain.split("@", 1)[0]
-        if level is DomainLevel.NVLINK:
-            return domain.split("/", 1)[0]
-        return domain
+    def place_name(self, node: str) -> str:
+        """A readable place for a node: the host for NVLink domains, else the domain key."""
+        n = self.nodes[node]
+        if n.level is DomainLevel.NVLINK:
+            return n.key.split("/", 1)[0]
+        return n.key
 
-    def allowed(self, required: DomainLevel | None) -> tuple[DomainLevel, ...]:
-        """Levels a gang may span, tightest first, when ``required`` is its limit."""
-        if required is None:
-            return self.levels
-        return self.levels[: self.levels.index(required) + 1]
-
-
-def _nested_levels(
-    fabric: Fabric,
-) -> tuple[tuple[DomainLevel, ...], dict[DomainLevel, Mapping[str, str]]]:
-    """Domain levels tightest first, with keys refined so that each nests in the next.
-
-    Usually NVLink domains sit inside hosts; in a multi-node NVLink rack (NVL72) hosts sit
-    inside the NVLink domain, and the order becomes host, NVLink domain, leaf, ... A domain
-    that straddles its parent is split (its key gets ``@parent``), which keeps every
-    placement inside the domain it claims.
-    """
-    maps = {level: fabric.domains.map(level) for level in LEVELS}
-    nvl, host = maps[DomainLevel.NVLINK], maps[DomainLevel.HOST]
-    nvl_hosts: dict[str, set[str]] = {}
-    for dev, key in nvl.items():
-        nvl_hosts.setdefault(key, set()).add(host[dev])
-    inside = all(len(hs) == 1 for hs in nvl_hosts.values())
-    order = LEVELS if inside else (DomainLevel.HOST, DomainLevel.NVLINK, *LEVELS[2:])
-    refined: dict[DomainLevel, Mapping[str, str]] = {order[-1]: maps[order[-1]]}
-    for lower, upper in zip(reversed(order[:-1]), reversed(order[1:]), strict=True):
-        own, parent = maps[lower], refined[upper]
-        seen: dict[str, str] = {}
-        nested = all(seen.setdefault(own[d], parent[d]) == parent[d] for d in own)
-        refined[lower] = own if nested else {d: f"{own[d]}@{parent[d]}" for d in own}
-    return order, {level: refined[level] for level in order}
+    def span(self, devices: tuple[str, ...]) -> DomainLevel:
+        """The tightest fabric level with one domain holding all ``devices``."""
+        for level in LEVELS:
+            m = self.domain_of[level]
+            first = m[devices[0]]
+            if all(m[d] == first for d in devices):
+                return level
+        return DomainLevel.FABRIC
