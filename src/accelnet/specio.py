@@ -20,6 +20,29 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024
+MAX_VALUES = 2_000_000  # scalars, lists and mappings after YAML aliases are expanded
+
+
+def expanded_size(root: yaml.Node) -> int:
+    """How many nodes ``root`` has once aliases are expanded (shared nodes count each time),
+    computed without expanding them, and capped just above MAX_VALUES."""
+    memo: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        kids: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        if ready or not kids:
+            memo[id(node)] = min(MAX_VALUES + 1, 1 + sum(memo.get(id(k), 0) for k in kids))
+        else:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in memo)
+    return memo[id(root)]
 
 
 class SpecModel(BaseModel):
@@ -229,6 +252,11 @@ def parse_text(
         if as_json:
             return json.loads(text, object_pairs_hook=_unique_json_object), None
         node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        if node is not None and expanded_size(node) > MAX_VALUES:
+            raise error(
+                source,
+                [SpecIssue("", f"expands to more than {MAX_VALUES:,} values (YAML aliases?)")],
+            )
         return yaml.load(text, Loader=_UniqueKeyLoader), node
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -72,3 +72,29 @@ def test_job_lifecycle_and_requeue_paths() -> None:
         match="succeeded -> running is not allowed; from succeeded it may go to nothing",
     ):
         j.to(JOB_TRANSITIONS, "j1", JobState.RUNNING, 5.0, "zombie")
+
+
+def test_lifecycle_helpers_never_skip_the_refresh() -> None:
+    from accelnet.devices import allocate, drain, fail, recover, refreshed, release
+
+    d: Tracked[DeviceState] = Tracked(DeviceState.READY)
+    d = allocate(d, "g", 1.0, "j1")
+    d = allocate(d, "g", 1.5, "j2")  # shared: stays allocated, no new record
+    d = release(d, "g", 2.0, "j1", last=False)
+    d = drain(d, "g", 2.5, "maintenance")
+    assert d.state is DeviceState.DRAINING
+    d = release(d, "g", 3.0, "j2")
+    assert d.state is DeviceState.DRAINED
+    with pytest.raises(IllegalTransitionError):
+        d.to(DEVICE_TRANSITIONS, "g", DeviceState.READY, 4.0, "undrain without refresh")
+    d = recover(d, "g", 4.0, "undrain")
+    d = refreshed(d, "g", 5.0, ok=False, detail="probe: wrong answer")
+    assert d.state is DeviceState.UNHEALTHY
+    d = recover(d, "g", 6.0)
+    d = refreshed(d, "g", 7.0, ok=True)
+    assert d.state is DeviceState.READY
+    d = fail(d, "g", 8.0, "Xid 79")
+    assert [t.dst.value for t in d.history] == [
+        "allocated", "draining", "drained", "refreshing", "unhealthy", "refreshing", "ready",
+        "unhealthy",
+    ]  # fmt: skip

@@ -222,3 +222,25 @@ def test_unknown_policy_names_list_the_valid_ones() -> None:
         Scheduler("lifo")
     with pytest.raises(UnknownNameError, match="known: best-fit, first-fit"):
         Scheduler(placement="worst-fit")
+
+
+def test_model_families_and_unknown_tenants() -> None:
+    from accelnet.fabric.build import build_fabric, parse_spec
+
+    spec = {"name": "p", "hosts": [{"name": "h", "devices": "2xH100-PCIe"},
+                                   {"name": "n", "devices": "2xH100-NVL"}]}  # fmt: skip
+    fab = build_fabric(parse_spec(spec, "t"))
+    d = decide(fab, job("j", "H100:2"), job("k", "H100:2", t=1))
+    assert {s.placement.model for s in d.starts} == {"H100-PCIe", "H100-NVL"}
+    tenants = {"R": Tenant("R", quota={"*": 8})}
+    d = decide(fab, job("x", "H100:1", tenant="r"), tenants=tenants)
+    assert d.waiting["x"] == "tenant r is not known here (tenants are case-sensitive)"
+
+
+def test_tenant_quota_must_be_a_number() -> None:
+    import math
+
+    import pytest
+
+    with pytest.raises(ValueError, match="quota H100 = nan must be >= 0"):
+        Tenant("t", quota={"H100": math.nan})

@@ -136,3 +136,24 @@ def test_a_model_no_fabric_has(tmp_path: Path) -> None:
     assert "jobs[2].resources.accelerators = '16 x H100': job c: needs 16 x H100-SXM; " in msg
     assert "jobs[3].topology.required = 'nvlink': job d: needs 4 devices in one NVLink" in msg
     assert "jobs[4].resources.min_memory_gb = 40.0: job e: no matching device has 40 GB" in msg
+
+
+def test_alias_bomb_in_entrypoint_args_is_refused(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 8):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    text = "\n".join(lines) + "\nname: j\nentrypoint: {function: 'm:f', args: *a7}\n"
+    with pytest.raises(JobSpecError, match="expands to more than 2,000,000 values"):
+        load_jobs(write(tmp_path, text))
+
+
+def test_job_schema_accepts_the_compact_forms() -> None:
+    import jsonschema
+    import yaml
+
+    from accelnet.sched.spec import job_json_schema
+
+    schema = job_json_schema()
+    example = Path(__file__).parents[2] / "examples" / "jobs" / "lab.yaml"
+    for job in yaml.safe_load(example.read_text())["jobs"]:
+        jsonschema.validate(job, schema)

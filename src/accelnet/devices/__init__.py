@@ -1,5 +1,25 @@
 """Accelerator node management: the device lifecycle (pure); samplers and health come later."""
 
-from accelnet.devices.lifecycle import DEVICE_TRANSITIONS, DeviceState
+from accelnet.devices.lifecycle import (
+    DEVICE_TRANSITIONS,
+    Device,
+    DeviceState,
+    allocate,
+    drain,
+    fail,
+    recover,
+    refreshed,
+    release,
+)
 
-__all__ = ["DEVICE_TRANSITIONS", "DeviceState"]
+__all__ = [
+    "DEVICE_TRANSITIONS",
+    "Device",
+    "DeviceState",
+    "allocate",
+    "drain",
+    "fail",
+    "recover",
+    "refreshed",
+    "release",
+]

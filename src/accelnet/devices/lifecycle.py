@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from accelnet.statemachine import TransitionTable
+from accelnet.statemachine import Tracked, TransitionTable
 
 
 class DeviceState(StrEnum):
@@ -59,13 +59,13 @@ DEVICE_TRANSITIONS: TransitionTable[DeviceState] = TransitionTable(
             _S.OFFLINE: "its node or worker went away",
         },
         _S.DRAINING: {
+            _S.ALLOCATED: "drain cancelled while jobs still run on it",
             _S.DRAINED: "the last job on it finished",
             _S.UNHEALTHY: "a health check failed while draining",
             _S.OFFLINE: "its node or worker went away",
         },
         _S.DRAINED: {
-            _S.READY: "undrained by an operator",
-            _S.REFRESHING: "an operator asked for a reset",
+            _S.REFRESHING: "undrained or reset by an operator: refresh and probe first",
             _S.UNHEALTHY: "a health check failed",
             _S.OFFLINE: "its node or worker went away",
         },
@@ -79,3 +79,50 @@ DEVICE_TRANSITIONS: TransitionTable[DeviceState] = TransitionTable(
         },
     },
 )
+
+
+Device = Tracked[DeviceState]
+
+
+def _go(rec: Device, device: str, dst: DeviceState, at: float, cause: str) -> Device:
+    return rec.to(DEVICE_TRANSITIONS, device, dst, at, cause)
+
+
+def allocate(rec: Device, device: str, at: float, job: str) -> Device:
+    """A job is placed on the device (a shared device that is already ALLOCATED stays)."""
+    if rec.state is DeviceState.ALLOCATED:
+        return rec
+    return _go(rec, device, DeviceState.ALLOCATED, at, f"allocated to {job}")
+
+
+def release(rec: Device, device: str, at: float, job: str, last: bool = True) -> Device:
+    """A job left the device; after the last one it is refreshed (or, if draining, drained)."""
+    if not last:
+        return rec
+    if rec.state is DeviceState.DRAINING:
+        return _go(rec, device, DeviceState.DRAINED, at, f"{job} left; drain complete")
+    return _go(rec, device, DeviceState.REFRESHING, at, f"{job} released it")
+
+
+def refreshed(rec: Device, device: str, at: float, ok: bool, detail: str = "") -> Device:
+    """A refresh (worker recycled, scratch cleaned, probe run) finished, well or not."""
+    if ok:
+        return _go(rec, device, DeviceState.READY, at, detail or "refreshed and probed")
+    return _go(rec, device, DeviceState.UNHEALTHY, at, detail or "refresh failed")
+
+
+def drain(rec: Device, device: str, at: float, cause: str) -> Device:
+    """Admit no new work: idle devices are drained at once, busy ones when their jobs end."""
+    if rec.state is DeviceState.ALLOCATED:
+        return _go(rec, device, DeviceState.DRAINING, at, cause)
+    return _go(rec, device, DeviceState.DRAINED, at, cause)
+
+
+def fail(rec: Device, device: str, at: float, cause: str) -> Device:
+    """A health check failed (its jobs, if any, are requeued by the controller)."""
+    return _go(rec, device, DeviceState.UNHEALTHY, at, cause)
+
+
+def recover(rec: Device, device: str, at: float, cause: str = "remediation") -> Device:
+    """Start remediation of an unhealthy or drained device: refresh and probe it."""
+    return _go(rec, device, DeviceState.REFRESHING, at, cause)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accelnet.fabric import DomainLevel, Precision
-from accelnet.fabric.catalog import find_device_model
+from accelnet.fabric.catalog import device_models, find_device_model
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import LEVEL_NAMES, DeviceClass, Topology
 
@@ -46,16 +46,27 @@ class Rejection:
 
 
 def canonical_models(spec: JobSpec, topo: Topology) -> tuple[list[str], list[str]]:
-    """(model names the fabric knows them by, names matching nothing) for the job's list."""
+    """(model names the fabric knows them by, names matching nothing) for the job's list.
+
+    A name matches its catalog model (aliases included) and the whole family it starts:
+    ``H100`` is H100-SXM, H100-PCIe and H100-NVL; ``V100`` also V100-PCIe. Models named
+    in a fabric spec but not in the catalog match by name.
+    """
     here = {c.model.name.lower(): c.model.name for c in topo.classes.values()}
-    known, unknown = [], []
+    known: list[str] = []
+    unknown: list[str] = []
     for name in spec.resources.accelerators.models:
         found = find_device_model(name)
-        canon = found.name if found is not None else here.get(name.lower())
-        if canon is None:
+        names = [found.name] if found is not None else []
+        prefix = name.lower() + "-"
+        names += [m.name for m in device_models() if m.name.lower().startswith(prefix)]
+        names += [canon for low, canon in here.items() if low == name.lower() or
+                  low.startswith(prefix)]  # fmt: skip
+        if not names:
             unknown.append(name)
-        else:
-            known.append(canon)
+        for n in names:
+            if n not in known:
+                known.append(n)
     return known, unknown
 
 
@@ -135,11 +146,18 @@ def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     if not classes:
         res = spec.resources
         if res.min_memory_gb is not None:
-            biggest = max(c.memory_gb * acc.share for c in topo.classes.values())
+            matching = [
+                c
+                for c in topo.classes.values()
+                if (not wanted or c.model.name in wanted)
+                and (res.kind is None or c.model.kind is res.kind)
+            ] or list(topo.classes.values())
+            biggest = max(c.memory_gb * acc.share for c in matching)
             return Rejection(
                 "resources.min_memory_gb",
                 res.min_memory_gb,
-                f"no matching device has {res.min_memory_gb:g} GB; the most is {biggest:g} GB",
+                f"no matching device has {res.min_memory_gb:g} GB"
+                f"{' per share' if acc.share < 1 else ''}; the most is {biggest:g} GB",
             )
         return Rejection("resources.kind", res.kind, f"fabric {fabric.name!r} has no such device")
     total = max(topo.largest(c.key, DomainLevel.FABRIC) for c in classes)

@@ -183,8 +183,12 @@ def _within_quota(
     job: JobView, req: Request, snapshot: Snapshot, usage: Mapping[str, Mapping[str, float]]
 ) -> tuple[Request, str | None]:
     """``req`` narrowed to the classes the tenant's quota still allows, or a reason."""
+    if not snapshot.tenants:
+        return req, None
     tenant = snapshot.tenants.get(job.spec.tenant)
-    if tenant is None or not tenant.quota:
+    if tenant is None:
+        return req, f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)"
+    if not tenant.quota:
         return req, None
     used = usage.get(job.spec.tenant, {})
     amount = req.count * req.share
@@ -210,9 +214,12 @@ def _within_quota(
 
 
 def _canonical_quota(quota: Mapping[str, float]) -> dict[str, float]:
-    """Quota keys by catalog name (``H100`` -> ``H100-SXM``); ``*`` and unknown kept."""
+    """Quota keys by catalog name (``H100`` -> ``H100-SXM``); ``*`` and unknown kept.
+
+    Two keys naming one model keep the smaller limit (the safe reading)."""
     out: dict[str, float] = {}
     for key, value in quota.items():
         found = find_device_model(key) if key != "*" else None
-        out[found.name if found is not None else key] = value
+        name = found.name if found is not None else key
+        out[name] = min(value, out.get(name, value))
     return out

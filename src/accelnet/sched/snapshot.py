@@ -7,6 +7,7 @@ any I/O or read a clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -71,6 +72,14 @@ class Tenant:
     weight: float = 1.0
     quota: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise ValueError(f"tenant {self.name}: weight must be a positive number")
+        for key, value in self.quota.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"tenant {self.name}: quota {key} = {value} must be >= 0")
+        object.__setattr__(self, "quota", MappingProxyType(dict(self.quota)))
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -78,7 +87,8 @@ class Snapshot:
 
     ``devices`` maps every device id to its lifecycle state (a device missing from it is
     not schedulable); ``jobs`` holds the queued jobs and those holding devices; device use
-    is derived from the latter, so it can never disagree with them.
+    is derived from the latter, so it can never disagree with them. When ``tenants`` is
+    not empty it is the full list: a job of any other tenant does not run.
     """
 
     fabric: Fabric

@@ -229,3 +229,25 @@ class JobSpec(SpecModel):
         if (self.run is None) == (self.entrypoint is None):
             raise ValueError("give exactly one of run (a shell command) or entrypoint")
         return self
+
+
+def job_json_schema() -> dict[str, Any]:
+    """JSON schema of one job, with the compact ``accelerators`` forms people write."""
+    schema = JobSpec.model_json_schema()
+    props = schema["$defs"]["ResourcesSpec"]["properties"]
+    short = {"type": "string", "examples": ["H100:8", "any:2", "T4:0.25"]}
+    family = {
+        "type": "object",
+        "properties": {
+            "any_of": {"type": "array", "items": {"type": "string"}},
+            "count": {"type": "integer", "minimum": 1},
+            "share": {"type": "number"},
+        },
+        "required": ["any_of"],
+        "additionalProperties": False,
+    }
+    props["accelerators"] = {
+        "anyOf": [short, family, {"$ref": "#/$defs/AcceleratorRequest"}],
+        "description": props["accelerators"].get("description", ""),
+    }
+    return schema
