@@ -111,6 +111,10 @@ def test_quotas(lab: Fabric) -> None:
     assert d.waiting["more"] == "tenant v quota reached: H100-SXM 8 (6 in use); needs 4 more"
     d = decide(lab, busy, job("other", "any:4", tenant="v"), tenants=tenants)
     assert not started(d)["other"][0].startswith(("a/", "b/", "c/"))  # steered off H100
+    both = job("both", {"any_of": ["H100", "T4"], "count": 4}, tenant="v", t=1)
+    t4s = job("t4s", "T4:4", devices=("t/gpu0", "t/gpu1", "t/gpu2", "t/gpu3"), tenant="w")
+    d = decide(lab, busy, t4s, both, tenants={**tenants, "w": Tenant("w")})
+    assert d.waiting["both"] == ("needs 4 x T4; 0 of 4 free; over quota: H100-SXM 8 (6 in use)")
     tenants = {"v": Tenant("v", quota={"*": 7})}
     d = decide(lab, busy, job("more", "T4:2", tenant="v"), tenants=tenants)
     assert d.waiting["more"] == "tenant v quota is 7 devices; 6 in use, needs 2 more"
@@ -123,7 +127,7 @@ def test_unschedulable_devices_are_not_used(lab: Fabric) -> None:
     del states["t/gpu2"]
     snap = Snapshot(lab, 0.0, states, (job("j", "T4:2"),))
     d = Scheduler().decide(snap)
-    assert d.waiting["j"] == "needs 2 x T4; 1 of 4 free"
+    assert d.waiting["j"] == "needs 2 x T4; 1 of 4 free (3 draining, unhealthy or offline)"
 
 
 def test_preemption_picks_checkpointable_then_prunes(lab: Fabric) -> None:

@@ -44,6 +44,10 @@ class CapacityIndex:
         }
         self.partial: dict[str, list[tuple[int, int, str]]] = {c: [] for c in topo.classes}
         self._log: list[tuple[str, int]] = []
+        self._unschedulable: dict[str, int] = {}
+        for dev, c in topo.class_of.items():
+            if dev not in self.schedulable:
+                self._unschedulable[c.key] = self._unschedulable.get(c.key, 0) + 1
         order = topo.order
         for dev in sorted(free, key=order.__getitem__):
             have = units(free[dev])
@@ -51,6 +55,10 @@ class CapacityIndex:
                 self._set(dev, 0, have)
 
     # ----- queries --------------------------------------------------------------------
+    def unschedulable(self, cls: str) -> int:
+        """Devices of ``cls`` that cannot take work (draining, unhealthy, offline, ...)."""
+        return self._unschedulable.get(cls, 0)
+
     def is_whole(self, dev: str) -> bool:
         """Whether ``dev`` is schedulable and wholly free."""
         return self.free.get(dev, 0) == SHARE_UNITS

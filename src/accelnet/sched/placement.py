@@ -122,7 +122,9 @@ def explain(req: Request, index: CapacityIndex) -> str:
         free = index.total_whole(cls.key)
         total = index.topo.largest(cls.key, DomainLevel.FABRIC)
         if free < req.count:
-            parts.append(f"needs {req.what(cls)}; {free} of {total} free")
+            out = index.unschedulable(cls.key)
+            note = f" ({out} draining, unhealthy or offline)" if out else ""
+            parts.append(f"needs {req.what(cls)}; {free} of {total} free{note}")
             continue
         level = req.required or DomainLevel.FABRIC
         node, most = index.largest(cls.key, level)

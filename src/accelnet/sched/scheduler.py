@@ -87,7 +87,7 @@ class Scheduler:
             if never is not None:
                 waiting[job.id] = f"can never run here: {never.message}"
                 continue
-            req, quota_note = _within_quota(
+            req, quota_note, over = _within_quota(
                 job, make_request(job.id, job.spec, topo), snapshot, usage
             )
             if quota_note is not None:
@@ -103,7 +103,7 @@ class Scheduler:
                 _charge(usage, job.spec.tenant, placed)
                 continue
             index.rollback(mark)
-            reason = explain(req, index)
+            reason = explain(req, index) + (f"; over quota: {over}" if over else "")
             mine = {d for d, share in held.get(job.id, ()) if share >= 1}
             pending = [d for d in job.nominated if d not in mine]
             if pending:
@@ -181,24 +181,26 @@ def _charge(usage: dict[str, dict[str, float]], tenant: str, p: Placement) -> No
 
 def _within_quota(
     job: JobView, req: Request, snapshot: Snapshot, usage: Mapping[str, Mapping[str, float]]
-) -> tuple[Request, str | None]:
-    """``req`` narrowed to the classes the tenant's quota still allows, or a reason."""
+) -> tuple[Request, str | None, str]:
+    """``req`` narrowed to the classes the tenant's quota still allows, or a reason; and a
+    note naming the classes the quota took away (for the waiting reason)."""
     if not snapshot.tenants:
-        return req, None
+        return req, None, ""
     tenant = snapshot.tenants.get(job.spec.tenant)
     if tenant is None:
-        return req, f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)"
+        return req, f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)", ""
     if not tenant.quota:
-        return req, None
+        return req, None, ""
     used = usage.get(job.spec.tenant, {})
     amount = req.count * req.share
     quota = _canonical_quota(tenant.quota)
     total = quota.get("*")
     if total is not None and used.get("*", 0.0) + amount > total + 1e-9:
-        return req, (
+        note = (
             f"tenant {tenant.name} quota is {total:g} devices; {used.get('*', 0.0):g} in use, "
             f"needs {amount:g} more"
         )
+        return req, note, ""
     allowed, blocked = [], []
     for cls in req.classes:
         limit = quota.get(cls.model.name)
@@ -207,10 +209,9 @@ def _within_quota(
         else:
             allowed.append(cls)
     if blocked and not allowed:
-        return req, (
-            f"tenant {tenant.name} quota reached: {', '.join(blocked)}; needs {amount:g} more"
-        )
-    return replace(req, classes=tuple(allowed)), None
+        note = f"tenant {tenant.name} quota reached: {', '.join(blocked)}; needs {amount:g} more"
+        return req, note, ""
+    return replace(req, classes=tuple(allowed)), None, ", ".join(blocked)
 
 
 def _canonical_quota(quota: Mapping[str, float]) -> dict[str, float]:
