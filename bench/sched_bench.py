@@ -192,16 +192,14 @@ def preload(
 
 def fragmentation(index: CapacityIndex) -> dict[str, int]:
     """Hosts wholly free, partly used and full, and wholly free GPUs, from ``index``."""
-    hosts = index.topo.domains_at[DomainLevel.HOST]
+    host_of = index.topo.domain_of[DomainLevel.HOST]
+    hosts = list(dict.fromkeys(host_of.values()))
     per_host = Counter[str]()
-    for cls in index.topo.classes:
-        for dom, count in index.whole[cls][DomainLevel.HOST].items():
-            per_host[dom] += count
-    size = {h: 0 for h in hosts}
-    for (_, level), per in index.topo.size.items():
-        if level is DomainLevel.HOST:
-            for dom, count in per.items():
-                size[dom] += count
+    size = Counter[str]()
+    for dev, host in host_of.items():
+        size[host] += 1
+        if index.is_whole(dev):
+            per_host[host] += 1
     free_hosts = sum(1 for h in hosts if per_host[h] == size[h])
     full_hosts = sum(1 for h in hosts if per_host[h] == 0)
     return {

@@ -18,11 +18,11 @@ import bisect
 from collections.abc import Iterable, Mapping
 
 from accelnet.fabric import DomainLevel
-from accelnet.sched.topology import Topology
+from accelnet.sched.topology import DEPTHS, Topology
 
 SHARE_UNITS = 100  # the finest share of a device a job can ask for: 0.01
 
-BucketKey = tuple[int, DomainLevel, frozenset[DomainLevel]]
+BucketKey = tuple[DomainLevel, frozenset[DomainLevel]]
 
 
 def units(share: float) -> int:
@@ -39,8 +39,9 @@ class CapacityIndex:
         self.schedulable = frozenset(free)
         self.free: dict[str, int] = {}
         self.whole: dict[str, dict[str, int]] = {c: {} for c in topo.classes}
-        self.buckets: dict[str, dict[BucketKey, dict[int, dict[str, None]]]] = {
-            c: {} for c in topo.classes
+        # buckets[cls][depth][(level, within)][count] = nodes with that many wholly free
+        self.buckets: dict[str, list[dict[BucketKey, dict[int, dict[str, None]]]]] = {
+            c: [{} for _ in range(DEPTHS)] for c in topo.classes
         }
         self.partial: dict[str, list[tuple[int, int, str]]] = {c: [] for c in topo.classes}
         self._log: list[tuple[str, int]] = []
@@ -82,8 +83,8 @@ class CapacityIndex:
         """The node at ``depth`` (inside one ``within`` domain) with the fewest wholly free
         ``cls`` devices that are still >= ``k``."""
         best: tuple[int, str] | None = None
-        for (d, _, levels), buckets in self.buckets[cls].items():
-            if d != depth or (within is not None and within not in levels):
+        for (_, levels), buckets in self.buckets[cls][depth].items():
+            if within is not None and within not in levels:
                 continue
             for count in buckets:
                 if count >= k and (best is None or count < best[0]):
@@ -104,11 +105,12 @@ class CapacityIndex:
     def largest(self, cls: str, level: DomainLevel) -> tuple[str | None, int]:
         """The ``level`` node with the most wholly free ``cls`` devices, and how many."""
         best: tuple[str | None, int] = (None, 0)
-        for (_, lv, _), buckets in self.buckets[cls].items():
-            if lv is level and buckets:
-                top = max(buckets)
-                if top > best[1]:
-                    best = (next(iter(buckets[top])), top)
+        for per_depth in self.buckets[cls]:
+            for (lv, _), buckets in per_depth.items():
+                if lv is level and buckets:
+                    top = max(buckets)
+                    if top > best[1]:
+                        best = (next(iter(buckets[top])), top)
         return best
 
     def best_partial(self, cls: str, share: float) -> str | None:
@@ -178,7 +180,7 @@ class CapacityIndex:
             node = topo.nodes[node_id]
             before = counts.get(node_id, 0)
             after = before + delta
-            buckets = all_buckets.setdefault((node.depth, node.level, node.within), {})
+            buckets = all_buckets[node.depth].setdefault((node.level, node.within), {})
             if before:
                 b = buckets[before]
                 del b[node_id]

@@ -50,24 +50,32 @@ def canonical_models(spec: JobSpec, topo: Topology) -> tuple[list[str], list[str
 
     A name matches its catalog model (aliases included) and the whole family it starts:
     ``H100`` is H100-SXM, H100-PCIe and H100-NVL; ``V100`` also V100-PCIe. Models named
-    in a fabric spec but not in the catalog match by name.
+    in a fabric spec but not in the catalog match by name. Answers are memoised per fabric.
     """
+    names = spec.resources.accelerators.models
+    found = topo.resolved.get(names)
+    if found is None:
+        found = topo.resolved[names] = _resolve(names, topo)
+    return list(found[0]), list(found[1])
+
+
+def _resolve(names: tuple[str, ...], topo: Topology) -> tuple[tuple[str, ...], tuple[str, ...]]:
     here = {c.model.name.lower(): c.model.name for c in topo.classes.values()}
     known: list[str] = []
     unknown: list[str] = []
-    for name in spec.resources.accelerators.models:
+    for name in names:
         found = find_device_model(name)
-        names = [found.name] if found is not None else []
+        matches = [found.name] if found is not None else []
         prefix = name.lower() + "-"
-        names += [m.name for m in device_models() if m.name.lower().startswith(prefix)]
-        names += [canon for low, canon in here.items() if low == name.lower() or
-                  low.startswith(prefix)]  # fmt: skip
-        if not names:
+        matches += [m.name for m in device_models() if m.name.lower().startswith(prefix)]
+        matches += [canon for low, canon in here.items() if low == name.lower() or
+                    low.startswith(prefix)]  # fmt: skip
+        if not matches:
             unknown.append(name)
-        for n in names:
+        for n in matches:
             if n not in known:
                 known.append(n)
-    return known, unknown
+    return tuple(known), tuple(unknown)
 
 
 def _speed(cls: DeviceClass, spec: JobSpec) -> tuple[float, float]:

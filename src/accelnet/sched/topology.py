@@ -98,6 +98,8 @@ class Topology:
                 dom = self.domain_of[level][dev]
                 per[dom] = per.get(dom, 0) + 1
         self._largest: dict[tuple[str, DomainLevel], int] = {}
+        # memo of model-name resolution (request.canonical_models), keyed by the names
+        self.resolved: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def _build_tree(self) -> None:
         sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}
