@@ -68,6 +68,7 @@ def test_entrypoint_and_env_names() -> None:
 
 def test_deadline_iso_or_seconds() -> None:
     assert spec(deadline="2026-12-01T00:00:00+00:00").deadline == 1796083200.0
+    assert spec(deadline="2026-12-01T00:00:00").deadline == 1796083200.0  # no zone: UTC
     assert spec(deadline=3600).deadline == 3600
     with pytest.raises(ValidationError, match="neither seconds nor an ISO time"):
         spec(deadline="tomorrow")

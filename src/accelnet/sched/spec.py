@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -207,13 +207,14 @@ class JobSpec(SpecModel):
     @field_validator("deadline", mode="before")
     @classmethod
     def _iso_time(cls, v: Any) -> Any:
-        if isinstance(v, datetime):
-            return v.timestamp()
         if isinstance(v, str):
             try:
-                return datetime.fromisoformat(v).timestamp()
+                v = datetime.fromisoformat(v)
             except ValueError:
                 raise ValueError(f"{v!r} is neither seconds nor an ISO time") from None
+        if isinstance(v, datetime):
+            # a time without a zone is UTC, whatever zone the machine is in
+            return (v if v.tzinfo else v.replace(tzinfo=UTC)).timestamp()
         return v
 
     @field_validator("env")
