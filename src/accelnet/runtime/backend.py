@@ -1,0 +1,89 @@
+"""The execution backend contract: launch tasks on devices, cancel them, report events.
+
+A job of N devices runs as N tasks, one per device (rank 0..N-1), all-or-nothing. Backends
+are an ABC plus capability mixins, checked with ``isinstance`` (never by name): a backend
+that can reset devices mixes in :class:`SupportsRefresh`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """One task of a job: what to run, on which device, with which environment.
+
+    Exactly one of ``command`` (a shell command, run with ``/bin/sh -c`` in its own
+    process group) or ``payload`` (a cloudpickled ``(function, args, kwargs)`` run inside
+    the device's worker process) is set. ``env`` is added to the task's environment on top
+    of the accelnet variables (``ACCELNET_JOB``, ``ACCELNET_TASK``, ``ACCELNET_RANK``,
+    ``ACCELNET_WORLD_SIZE``, ``ACCELNET_DEVICE``, ``ACCELNET_DEVICES`` and, for NVIDIA
+    GPUs, ``CUDA_VISIBLE_DEVICES``), which the backend sets. stdout and stderr go to
+    ``<log_dir>/<task_id>.out`` and ``.err``.
+    """
+
+    task_id: str
+    job_id: str
+    rank: int
+    world: int
+    device: str
+    devices: tuple[str, ...]
+    command: str | None = None
+    payload: bytes | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float | None = None
+    log_dir: str = "."
+
+
+class TaskEventKind(StrEnum):
+    """What happened to a task."""
+
+    STARTED = "started"
+    SUCCEEDED = "succeeded"  # exit code 0 / the function returned
+    FAILED = "failed"  # non-zero exit, an exception, or a timeout
+    CANCELLED = "cancelled"  # stopped on request
+    LOST = "lost"  # its worker died under it
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """A task's news. ``result`` is the function's return value (SUCCEEDED, payload tasks)."""
+
+    task_id: str
+    kind: TaskEventKind
+    at: float
+    exit_code: int | None = None
+    error: str | None = None
+    result: Any = None
+
+
+class Backend(ABC):
+    """Runs tasks. Methods are called from one thread (the controller's)."""
+
+    @abstractmethod
+    def launch(self, task: TaskSpec) -> None:
+        """Start ``task`` on its device; returns at once (STARTED comes as an event)."""
+
+    @abstractmethod
+    def cancel(self, task_id: str) -> None:
+        """Stop a running task and its whole process tree (a CANCELLED event follows)."""
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list[TaskEvent]:
+        """Events since the last call, waiting up to ``timeout`` seconds for the first."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every worker and task."""
+
+
+class SupportsRefresh(ABC):
+    """Capability: make a released device clean before the next job gets it."""
+
+    @abstractmethod
+    def refresh(self, device: str) -> tuple[bool, str]:
+        """Recycle the device's worker and clean its scratch space; (ok, detail)."""

@@ -1,0 +1,242 @@
+"""The durable store: one SQLite file in WAL mode with ``synchronous=FULL``.
+
+A submission is acknowledged only after its transaction commits, and with FULL
+synchronisation a committed transaction survives a crash of the process or the machine.
+The schema is versioned (``meta.version``); opening a file of another version raises with a
+message naming both versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import DomainLevel
+from accelnet.runtime.store import Event, JobRecord, Store, StoreError
+from accelnet.sched import JobSpec, JobState, Placement
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    attempts INTEGER NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    placement TEXT,
+    nominated TEXT NOT NULL,
+    result BLOB,
+    error TEXT,
+    payload BLOB
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    job TEXT,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job);
+CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL);
+"""
+_COLUMNS = (
+    "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
+    "result, error, payload"
+)
+
+
+def _placement_text(p: Placement | None) -> str | None:
+    if p is None:
+        return None
+    return f"{p.share}|{p.model}|{p.span.value}|{','.join(p.devices)}"
+
+
+def _placement_of(text: str | None) -> Placement | None:
+    if not text:
+        return None
+    share, model, span, devices = text.split("|", 3)
+    return Placement(tuple(devices.split(",")), float(share), model, DomainLevel(span))
+
+
+class SqliteStore(Store):
+    """Jobs, events and devices in one SQLite file (created if missing)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=30.0
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+        if row is None:
+            self._db.execute(
+                "INSERT INTO meta(key, value) VALUES('version', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: store schema version {row[0]}, this accelnet reads "
+                f"version {SCHEMA_VERSION}"
+            )
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db, self._lock)
+
+    # ----- jobs ---------------------------------------------------------------------
+    def add(self, record: JobRecord, cause: str = "submitted") -> None:
+        """See :class:`Store`."""
+        with self._tx():
+            try:
+                self._db.execute(f"INSERT INTO jobs({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                                 self._row(record))  # fmt: skip
+            except sqlite3.IntegrityError:
+                raise StoreError(f"job {record.id!r} exists") from None
+            self._insert_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
+
+    def get(self, job_id: str) -> JobRecord:
+        """See :class:`Store`."""
+        with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no job {job_id!r}")
+        return self._record(row)
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
+        """See :class:`Store`."""
+        with self._lock:
+            if states is None:
+                rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs ORDER BY seq").fetchall()
+            else:
+                wanted = [s.value for s in states]
+                marks = ",".join("?" * len(wanted))
+                rows = self._db.execute(
+                    f"SELECT {_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY seq", wanted
+                ).fetchall()
+        return [self._record(r) for r in rows]
+
+    def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
+        with self._tx():
+            row = self._row(record)
+            self._db.execute(
+                "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
+                "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=? "
+                "WHERE id=?",
+                (*row[1:], row[0]),
+            )
+            if event is not None:
+                self._insert_event(record.id, *event)
+
+    @staticmethod
+    def _row(r: JobRecord) -> tuple[Any, ...]:
+        return (
+            r.id,
+            r.spec.model_dump_json(),
+            r.state.value,
+            r.submitted_at,
+            r.attempts,
+            r.started_at,
+            r.finished_at,
+            _placement_text(r.placement),
+            ",".join(r.nominated),
+            None if r.result is None else pickle.dumps(r.result),
+            r.error,
+            r.payload,
+        )
+
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> JobRecord:
+        return JobRecord(
+            id=row[0],
+            spec=JobSpec.model_validate_json(row[1]),
+            state=JobState(row[2]),
+            submitted_at=row[3],
+            attempts=row[4],
+            started_at=row[5],
+            finished_at=row[6],
+            placement=_placement_of(row[7]),
+            nominated=tuple(x for x in row[8].split(",") if x),
+            result=None if row[9] is None else pickle.loads(row[9]),
+            error=row[10],
+            payload=row[11],
+        )
+
+    # ----- events -------------------------------------------------------------------
+    def _insert_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
+        self._db.execute(
+            "INSERT INTO events(at, job, kind, detail) VALUES(?,?,?,?)", (at, job_id, kind, detail)
+        )
+
+    def _append_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
+        with self._tx():
+            self._insert_event(job_id, at, kind, detail)
+
+    def events(self, job_id: str | None = None) -> list[Event]:
+        """See :class:`Store`."""
+        with self._lock:
+            if job_id is None:
+                rows = self._db.execute("SELECT seq, at, job, kind, detail FROM events "
+                                        "ORDER BY seq").fetchall()  # fmt: skip
+            else:
+                rows = self._db.execute(
+                    "SELECT seq, at, job, kind, detail FROM events WHERE job=? ORDER BY seq",
+                    (job_id,),
+                ).fetchall()
+        return [Event(*r) for r in rows]
+
+    # ----- devices ------------------------------------------------------------------
+    def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
+        """See :class:`Store`."""
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO devices(id, state, at) VALUES(?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET state=excluded.state, at=excluded.at",
+                (device, state.value, at),
+            )
+            self._insert_event(None, at, f"device:{state.value}", f"{device}: {cause}")
+
+    def devices(self) -> dict[str, DeviceState]:
+        """See :class:`Store`."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, state FROM devices").fetchall()
+        return {d: DeviceState(s) for d, s in rows}
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        with self._lock, contextlib.suppress(sqlite3.ProgrammingError):
+            self._db.close()
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on error), under the lock."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._db = db
+        self._lock = lock
+        self._outer = False
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._outer = not self._db.in_transaction
+        if self._outer:
+            self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            if self._outer:
+                self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self._lock.release()

@@ -1,0 +1,198 @@
+"""The store: every job, its transitions and the devices' states, behind one interface.
+
+Two implementations: :class:`MemoryStore` (tests, the simulator) and
+:class:`~accelnet.runtime.sqlite_store.SqliteStore` (the embedded default: one file, WAL,
+synchronous=FULL, so a job the store accepted survives a crash of the process). Every job
+state change goes through :meth:`Store.transition`, which checks the job transition table
+and records an event, so the event log and the states never disagree.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from accelnet.devices import DeviceState
+from accelnet.sched import JOB_TRANSITIONS, JobSpec, JobState, JobView, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as stored. ``payload`` is a cloudpickled function call (SDK jobs);
+    ``result`` the value the job produced (a list with one entry per rank for gangs)."""
+
+    id: str
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    placement: Placement | None = None
+    nominated: tuple[str, ...] = ()
+    result: Any = None
+    error: str | None = None
+    payload: bytes | None = None
+
+    def view(self) -> JobView:
+        """What the scheduler sees of the job."""
+        return JobView(
+            self.id,
+            self.spec,
+            self.state,
+            self.submitted_at,
+            self.attempts,
+            self.started_at,
+            self.placement if self.state.holds_devices() else None,
+            self.nominated,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One line of the event log."""
+
+    seq: int
+    at: float
+    job: str | None
+    kind: str
+    detail: str
+
+
+class StoreError(RuntimeError):
+    """A store operation that cannot be done (unknown job, duplicate id, ...)."""
+
+
+class Store(ABC):
+    """Jobs, events and device states. Thread-safe; every write is durable on return."""
+
+    @abstractmethod
+    def add(self, record: JobRecord, cause: str = "submitted") -> None:
+        """Store a new job (StoreError if the id exists); durable when this returns."""
+
+    @abstractmethod
+    def get(self, job_id: str) -> JobRecord:
+        """The job; StoreError if unknown."""
+
+    @abstractmethod
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
+        """Jobs (in the given states), in submission order."""
+
+    @abstractmethod
+    def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
+        """Replace the stored job and append the event atomically."""
+
+    @abstractmethod
+    def events(self, job_id: str | None = None) -> list[Event]:
+        """The event log (of one job), oldest first."""
+
+    @abstractmethod
+    def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
+        """Record a device's new state (the lifecycle checks legality before)."""
+
+    @abstractmethod
+    def devices(self) -> dict[str, DeviceState]:
+        """The last recorded state of every device."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store's resources."""
+
+    def transition(
+        self, job_id: str, to: JobState, at: float, cause: str, **changes: Any
+    ) -> JobRecord:
+        """Move a job to ``to`` (checked against the job table), with field ``changes``,
+        recording the event; returns the new record. IllegalTransitionError if not allowed."""
+        with self._lock:
+            rec = self.get(job_id)
+            JOB_TRANSITIONS.check(job_id, rec.state, to)
+            new = replace(rec, state=to, **changes)
+            self._write(new, (at, f"job:{to.value}", cause))
+            return new
+
+    def update(self, job_id: str, **changes: Any) -> JobRecord:
+        """Change fields other than the state (no event)."""
+        with self._lock:
+            new = replace(self.get(job_id), **changes)
+            self._write(new, None)
+            return new
+
+    def log(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
+        """Append an event that changes no job (task news, device changes)."""
+        with self._lock:
+            self._append_event(job_id, at, kind, detail)
+
+    @abstractmethod
+    def _append_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
+        """Append one event."""
+
+    _lock: threading.RLock
+
+
+class MemoryStore(Store):
+    """Everything in dicts: fast, and gone with the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._jobs: dict[str, JobRecord] = {}
+        self._events: list[Event] = []
+        self._devices: dict[str, DeviceState] = {}
+
+    def add(self, record: JobRecord, cause: str = "submitted") -> None:
+        """See :class:`Store`."""
+        with self._lock:
+            if record.id in self._jobs:
+                raise StoreError(f"job {record.id!r} exists")
+            self._jobs[record.id] = record
+            self._append_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
+
+    def get(self, job_id: str) -> JobRecord:
+        """See :class:`Store`."""
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise StoreError(f"no job {job_id!r}") from None
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
+        """See :class:`Store`."""
+        wanted = set(states) if states is not None else None
+        with self._lock:
+            return [j for j in self._jobs.values() if wanted is None or j.state in wanted]
+
+    def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
+        self._jobs[record.id] = record
+        if event is not None:
+            self._append_event(record.id, *event)
+
+    def _append_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
+        self._events.append(Event(len(self._events) + 1, at, job_id, kind, detail))
+
+    def events(self, job_id: str | None = None) -> list[Event]:
+        """See :class:`Store`."""
+        with self._lock:
+            return [e for e in self._events if job_id is None or e.job == job_id]
+
+    def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
+        """See :class:`Store`."""
+        with self._lock:
+            self._devices[device] = state
+            self._append_event(None, at, f"device:{state.value}", f"{device}: {cause}")
+
+    def devices(self) -> dict[str, DeviceState]:
+        """See :class:`Store`."""
+        with self._lock:
+            return dict(self._devices)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def count_by_state(store: Store) -> Mapping[JobState, int]:
+    """How many jobs in each state."""
+    out: dict[JobState, int] = {}
+    for j in store.jobs():
+        out[j.state] = out.get(j.state, 0) + 1
+    return out

@@ -1,0 +1,87 @@
+"""Both stores: transitions checked and logged; the SQLite file survives the process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import DomainLevel
+from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.runtime.store import JobRecord, MemoryStore, Store, StoreError
+from accelnet.sched import JobSpec, JobState, Placement
+from accelnet.statemachine import IllegalTransitionError
+
+SPEC = JobSpec.model_validate({"name": "j", "run": "true", "resources": {"accelerators": "any:2"}})
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "memory":
+        return MemoryStore()
+    return SqliteStore(tmp_path / "a.db")
+
+
+def test_lifecycle_is_checked_and_logged(store: Store) -> None:
+    store.add(JobRecord("j-1", SPEC, JobState.PENDING, 1.0))
+    with pytest.raises(StoreError, match="exists"):
+        store.add(JobRecord("j-1", SPEC, JobState.PENDING, 1.0))
+    store.transition("j-1", JobState.ADMITTED, 2.0, "fits")
+    p = Placement(("h/gpu0", "h/gpu1"), 1.0, "L4", DomainLevel.HOST)
+    store.transition("j-1", JobState.STARTING, 3.0, "placed", placement=p, attempts=1)
+    with pytest.raises(IllegalTransitionError):
+        store.transition("j-1", JobState.SUCCEEDED, 4.0, "skipped running")
+    store.transition("j-1", JobState.RUNNING, 4.0, "all ranks up", started_at=4.0)
+    done = store.transition("j-1", JobState.SUCCEEDED, 5.0, "exit 0", result=[{"x": 1}, 2])
+    assert done.placement == p and done.result == [{"x": 1}, 2]
+    assert store.get("j-1") == done
+    kinds = [e.kind for e in store.events("j-1")]
+    assert kinds == ["job:pending", "job:admitted", "job:starting", "job:running", "job:succeeded"]
+    assert [j.id for j in store.jobs([JobState.SUCCEEDED])] == ["j-1"]
+    assert store.jobs([JobState.RUNNING]) == []
+    view = done.view()
+    assert view.placement is None  # a finished job holds no devices
+    store.set_device("h/gpu0", DeviceState.READY, 6.0, "probed")
+    assert store.devices() == {"h/gpu0": DeviceState.READY}
+    with pytest.raises(StoreError, match="no job 'nope'"):
+        store.get("nope")
+
+
+def test_sqlite_survives_a_killed_process(tmp_path: Path) -> None:
+    db = tmp_path / "crash.db"
+    code = f"""
+import os
+from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.runtime.store import JobRecord
+from accelnet.sched import JobSpec, JobState
+s = SqliteStore({str(db)!r})
+spec = JobSpec.model_validate({{"name": "j", "run": "true"}})
+for i in range(50):
+    s.add(JobRecord(f"j-{{i}}", spec, JobState.PENDING, float(i)))
+print("acked", flush=True)
+os.kill(os.getpid(), 9)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == -9 and "acked" in proc.stdout
+    store = SqliteStore(db)
+    assert len(store.jobs()) == 50
+    assert store.get("j-49").spec == JobSpec.model_validate({"name": "j", "run": "true"})
+
+
+def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    SqliteStore(db).close()
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value='99' WHERE key='version'")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 1"):
+        SqliteStore(db)
+    assert os.path.exists(db)
