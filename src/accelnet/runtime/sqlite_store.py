@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     nominated TEXT NOT NULL,
     result BLOB,
     error TEXT,
-    payload BLOB
+    payload BLOB,
+    failures INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
@@ -52,7 +53,7 @@ CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at
 """
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
-    "result, error, payload"
+    "result, error, payload, failures"
 )
 
 
@@ -101,7 +102,7 @@ class SqliteStore(Store):
         """See :class:`Store`."""
         with self._tx():
             try:
-                self._db.execute(f"INSERT INTO jobs({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                self._db.execute(f"INSERT INTO jobs({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                  self._row(record))  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {record.id!r} exists") from None
@@ -133,7 +134,7 @@ class SqliteStore(Store):
             row = self._row(record)
             self._db.execute(
                 "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
-                "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=? "
+                "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, failures=? "
                 "WHERE id=?",
                 (*row[1:], row[0]),
             )
@@ -155,6 +156,7 @@ class SqliteStore(Store):
             None if r.result is None else pickle.dumps(r.result),
             r.error,
             r.payload,
+            r.failures,
         )
 
     @staticmethod
@@ -172,6 +174,7 @@ class SqliteStore(Store):
             result=None if row[9] is None else pickle.loads(row[9]),
             error=row[10],
             payload=row[11],
+            failures=row[12],
         )
 
     # ----- events -------------------------------------------------------------------

@@ -22,7 +22,8 @@ from accelnet.sched import JOB_TRANSITIONS, JobSpec, JobState, JobView, Placemen
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as stored. ``payload`` is a cloudpickled function call (SDK jobs);
-    ``result`` the value the job produced (a list with one entry per rank for gangs)."""
+    ``result`` the value the job produced (a list with one entry per rank for gangs);
+    ``attempts`` counts launches, ``failures`` the failed ones (against ``max_retries``)."""
 
     id: str
     spec: JobSpec
@@ -36,6 +37,7 @@ class JobRecord:
     result: Any = None
     error: str | None = None
     payload: bytes | None = None
+    failures: int = 0
 
     def view(self) -> JobView:
         """What the scheduler sees of the job."""

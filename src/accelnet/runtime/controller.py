@@ -1,0 +1,313 @@
+"""The controller: a reconcile loop from events to decisions to processes.
+
+Each :meth:`Controller.step` takes the backend's task events, updates jobs and devices
+through their transition tables (the store records every change), and, when anything
+changed, builds a snapshot, asks the scheduler for a decision and applies it: devices are
+allocated through the device lifecycle and tasks launched on the backend; preempted jobs'
+tasks are cancelled. Time comes from the injected clock; there is no simulation branch.
+
+A job of N devices runs as N tasks (ranks). It succeeds when every rank succeeds; when one
+fails the others are cancelled and the job is requeued while its retry budget lasts.
+Released devices are refreshed (worker recycled, scratch cleaned) before reuse.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from accelnet.devices import DEVICE_TRANSITIONS, Device, DeviceState, allocate, release
+from accelnet.devices import refreshed as refresh_done
+from accelnet.fabric import Fabric
+from accelnet.runtime.backend import Backend, SupportsRefresh, TaskEvent, TaskEventKind, TaskSpec
+from accelnet.runtime.clock import Clock
+from accelnet.runtime.entry import call_entrypoint
+from accelnet.runtime.store import JobRecord, Store
+from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Snapshot, Tenant
+from accelnet.sched.request import rejection
+from accelnet.statemachine import Tracked
+
+_LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
+
+
+class JobRejectedError(ValueError):
+    """A job the fabric can never run; names the spec key and value."""
+
+
+@dataclass
+class _Run:
+    """One attempt of a job: its tasks and what they reported."""
+
+    attempt: int
+    world: int
+    started: set[int] = field(default_factory=set)
+    ended: dict[int, TaskEventKind] = field(default_factory=dict)
+    results: dict[int, Any] = field(default_factory=dict)
+    error: str | None = None  # first failure of the attempt
+    cancel: str | None = None  # why the controller stopped it (cancel / preempt)
+
+    def task_id(self, job: str, rank: int) -> str:
+        return f"{job}.{self.attempt}.{rank}"
+
+
+class Controller:
+    """Runs jobs on a fabric through a backend; one thread calls :meth:`step`."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        store: Store,
+        backend: Backend,
+        clock: Clock,
+        workdir: str | Path,
+        scheduler: Scheduler | None = None,
+        tenants: dict[str, Tenant] | None = None,
+    ) -> None:
+        self.fabric = fabric
+        self.store = store
+        self.backend = backend
+        self.clock = clock
+        self.workdir = Path(workdir)
+        self.scheduler = scheduler or Scheduler()
+        self.tenants = dict(tenants or {})
+        self.topology = self.scheduler.topology(fabric)
+        self.waiting: dict[str, str] = {}
+        self._runs: dict[str, _Run] = {}
+        self._tasks: dict[str, tuple[str, int]] = {}
+        self._dirty = True
+        self._devices: dict[str, Device] = {}
+        self._recover()
+
+    # ----- start-up -----------------------------------------------------------------
+    def _recover(self) -> None:
+        """Reconcile with the store after a (re)start: devices come back through a refresh;
+        jobs that were running when the last controller died are requeued."""
+        now = self.clock.now()
+        known = self.store.devices()
+        for dev in self.fabric.devices:
+            state = known.get(dev)
+            if state is None:
+                self._devices[dev] = Tracked(DeviceState.UNKNOWN)
+                self._set_device(dev, DeviceState.READY, now, "discovered")
+            elif state in (DeviceState.ALLOCATED, DeviceState.DRAINING, DeviceState.REFRESHING):
+                self._devices[dev] = Tracked(DeviceState.REFRESHING)
+                self._refresh(dev)
+            else:
+                self._devices[dev] = Tracked(state)
+        for rec in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING]):
+            self.store.transition(
+                rec.id, JobState.ADMITTED, now, "requeued: lost when the controller restarted",
+                placement=None,
+            )  # fmt: skip
+        for rec in self.store.jobs([JobState.PENDING]):
+            self._admit(rec.id, rec.spec, now)
+
+    # ----- public -------------------------------------------------------------------
+    def submit(self, spec: JobSpec, payload: bytes | None = None, job_id: str | None = None) -> str:
+        """Accept a job (durably) and admit it; JobRejectedError if the fabric can never
+        run it (nothing is stored then). Returns the job id."""
+        never = rejection(spec, self.topology)
+        if never is not None:
+            raise JobRejectedError(
+                f"job {spec.name}: {never.key} = {never.value!r}: {never.message}"
+            )
+        jid = job_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        now = self.clock.now()
+        self.store.add(JobRecord(jid, spec, JobState.PENDING, now, payload=payload))
+        self._admit(jid, spec, now)
+        return jid
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a job: queued ones at once, running ones by stopping their tasks."""
+        rec = self.store.get(job_id)
+        now = self.clock.now()
+        if rec.state in (JobState.PENDING, JobState.ADMITTED):
+            self.store.transition(job_id, JobState.CANCELLED, now, "cancelled", finished_at=now)
+        elif rec.state.holds_devices():
+            self._stop(job_id, "cancelled")
+        self._dirty = True
+
+    def step(self, timeout: float = 0.05) -> bool:
+        """One reconcile pass; waits up to ``timeout`` for task events. True if anything
+        changed."""
+        events = self.backend.poll(timeout)
+        for ev in events:
+            self._on_event(ev)
+        changed = bool(events) or self._dirty
+        if self._dirty:
+            self._dirty = False
+            self._schedule()
+        return changed
+
+    def idle(self) -> bool:
+        """No job is queued or running."""
+        return not self.store.jobs(_LIVE)
+
+    def wake(self) -> None:
+        """Something outside changed (a submission from another thread): decide again."""
+        self._dirty = True
+
+    # ----- scheduling ---------------------------------------------------------------
+    def _admit(self, jid: str, spec: JobSpec, now: float) -> None:
+        self.store.transition(jid, JobState.ADMITTED, now, "admitted")
+        self._dirty = True
+
+    def _schedule(self) -> None:
+        now = self.clock.now()
+        live = self.store.jobs(_LIVE)
+        states = {d: t.state for d, t in self._devices.items()}
+        snap = Snapshot(self.fabric, now, states, tuple(j.view() for j in live), self.tenants)
+        decision = self.scheduler.decide(snap)
+        self.waiting = dict(decision.waiting)
+        by_id = {j.id: j for j in live}
+        for p in decision.preemptions:
+            self._stop(p.job, f"preempted: {p.reason}")
+            self.store.transition(p.job, JobState.PREEMPTING, now, p.reason)
+        for jid, devices in decision.nominations.items():
+            if by_id[jid].nominated != devices:
+                self.store.update(jid, nominated=devices)
+        for s in decision.starts:
+            self._launch(by_id[s.job], s.placement, now)
+
+    def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
+        for dev in placement.devices:
+            self._devices[dev] = allocate(self._devices[dev], dev, now, rec.id)
+            self.store.set_device(dev, DeviceState.ALLOCATED, now, f"allocated to {rec.id}")
+        attempt = rec.attempts + 1
+        self.store.transition(
+            rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
+            placement=placement, attempts=attempt, nominated=(),
+        )  # fmt: skip
+        run = self._runs[rec.id] = _Run(attempt, len(placement.devices))
+        log_dir = self.workdir / "logs" / rec.id
+        log_dir.mkdir(parents=True, exist_ok=True)
+        payload = rec.payload
+        if payload is None and rec.spec.entrypoint is not None:
+            ep = rec.spec.entrypoint
+            payload = cloudpickle.dumps((call_entrypoint, (ep.function, ep.args, ep.kwargs), {}))
+        for rank, dev in enumerate(placement.devices):
+            tid = run.task_id(rec.id, rank)
+            self._tasks[tid] = (rec.id, rank)
+            self.backend.launch(
+                TaskSpec(
+                    task_id=tid,
+                    job_id=rec.id,
+                    rank=rank,
+                    world=run.world,
+                    device=dev,
+                    devices=placement.devices,
+                    command=rec.spec.run if payload is None else None,
+                    payload=payload,
+                    env=dict(rec.spec.env),
+                    timeout_s=rec.spec.timeout_s,
+                    log_dir=str(log_dir),
+                )
+            )
+
+    def _stop(self, jid: str, why: str) -> None:
+        run = self._runs.get(jid)
+        if run is None or run.cancel is not None:
+            return
+        run.cancel = why
+        for rank in range(run.world):
+            if rank not in run.ended:
+                self.backend.cancel(run.task_id(jid, rank))
+
+    # ----- task events --------------------------------------------------------------
+    def _on_event(self, ev: TaskEvent) -> None:
+        where = self._tasks.get(ev.task_id)
+        if where is None:
+            return  # a task of an attempt already settled
+        jid, rank = where
+        run = self._runs[jid]
+        rec = self.store.get(jid)
+        now = ev.at
+        self.store.log(jid, now, f"task:{ev.kind.value}", f"{ev.task_id}"
+                       + (f": {ev.error}" if ev.error else ""))  # fmt: skip
+        if ev.kind is TaskEventKind.STARTED:
+            run.started.add(rank)
+            if len(run.started) == run.world and rec.state is JobState.STARTING:
+                self.store.transition(jid, JobState.RUNNING, now, "every rank started",
+                                      started_at=now)  # fmt: skip
+            return
+        run.ended[rank] = ev.kind
+        del self._tasks[ev.task_id]
+        if ev.kind is TaskEventKind.SUCCEEDED:
+            run.results[rank] = ev.result
+        elif run.error is None and ev.kind is not TaskEventKind.CANCELLED:
+            log = Path(self.workdir / "logs" / jid / f"{ev.task_id}.err")
+            run.error = f"rank {rank} {ev.kind.value}: {ev.error or ev.exit_code} (log: {log})"
+            self._stop(jid, "another rank failed")
+        if len(run.ended) == run.world:
+            self._settle(self.store.get(jid), run, now)
+
+    def _settle(self, rec: JobRecord, run: _Run, now: float) -> None:
+        """Every rank of the attempt has ended: decide the job's fate, free its devices."""
+        del self._runs[rec.id]
+        placement = rec.placement
+        ok = all(k is TaskEventKind.SUCCEEDED for k in run.ended.values())
+        if rec.state is JobState.STARTING:  # ended before every rank reported STARTED
+            rec = self.store.transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
+        if ok:
+            ranks = [run.results[r] for r in range(run.world)]
+            result = ranks[0] if run.world == 1 else ranks
+            self.store.transition(rec.id, JobState.SUCCEEDED, now, "every rank succeeded",
+                                  result=result, finished_at=now)  # fmt: skip
+        elif run.cancel == "cancelled":
+            self.store.transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now)
+        elif rec.state is JobState.PREEMPTING and run.error is None:
+            self.store.transition(rec.id, JobState.ADMITTED, now, "requeued after preemption",
+                                  placement=None)  # fmt: skip
+        else:
+            failures = rec.failures + 1
+            error = run.error or "stopped"
+            if failures <= rec.spec.max_retries:
+                self.store.transition(
+                    rec.id, JobState.ADMITTED, now,
+                    f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
+                    placement=None, failures=failures, error=error,
+                )  # fmt: skip
+            else:
+                self.store.transition(rec.id, JobState.FAILED, now, error, failures=failures,
+                                      error=error, finished_at=now)  # fmt: skip
+        if placement is not None:
+            self._release(rec.id, placement, now)
+        self._dirty = True
+
+    # ----- devices ------------------------------------------------------------------
+    def _set_device(self, dev: str, state: DeviceState, at: float, cause: str) -> None:
+        self._devices[dev] = self._devices[dev].to(DEVICE_TRANSITIONS, dev, state, at, cause)
+        self.store.set_device(dev, state, at, cause)
+
+    def _release(self, jid: str, placement: Placement, now: float) -> None:
+        still = {
+            d
+            for j in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING])
+            if j.placement is not None
+            for d in j.placement.devices
+        }
+        for dev in placement.devices:
+            if dev in still:
+                continue
+            rec = release(self._devices[dev], dev, now, jid)
+            self._devices[dev] = rec
+            self.store.set_device(dev, rec.state, now, f"{jid} released it")
+            if rec.state is DeviceState.REFRESHING:
+                self._refresh(dev)
+
+    def _refresh(self, dev: str) -> None:
+        ok, detail = True, "nothing to refresh"
+        if isinstance(self.backend, SupportsRefresh):
+            ok, detail = self.backend.refresh(dev)
+        now = self.clock.now()
+        rec = refresh_done(self._devices[dev], dev, now, ok, detail)
+        self._devices[dev] = rec
+        self.store.set_device(dev, rec.state, now, detail)
+
+    def device_states(self) -> dict[str, DeviceState]:
+        """Every device's current state."""
+        return {d: t.state for d, t in self._devices.items()}

@@ -1,0 +1,213 @@
+"""Embedded use: ``with accelnet.local() as cluster: cluster.submit(fn, ...).result()``.
+
+:func:`local` starts a controller thread over the local backend (one worker process per
+device it uses) on this machine's fabric, or on any fabric (``fabric="mixed-lab"``) whose
+devices are then emulated on this machine's CPU. Jobs are Python callables (cloudpickled)
+or job specs with a shell command or an entrypoint.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from accelnet.fabric import Fabric, load_fabric
+from accelnet.runtime.clock import SystemClock
+from accelnet.runtime.controller import Controller
+from accelnet.runtime.local_backend import LocalBackend, Recycle
+from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.runtime.store import JobRecord, MemoryStore, Store
+from accelnet.sched import JobSpec, JobState, Scheduler
+
+
+class JobFailedError(RuntimeError):
+    """A job ended FAILED or CANCELLED; the message has its error and log location."""
+
+
+class Job:
+    """A handle on a submitted job."""
+
+    def __init__(self, cluster: LocalCluster, job_id: str) -> None:
+        self.cluster = cluster
+        self.id = job_id
+
+    @property
+    def record(self) -> JobRecord:
+        """The job as stored now."""
+        return self.cluster.store.get(self.id)
+
+    @property
+    def state(self) -> JobState:
+        """The job's state now."""
+        return self.record.state
+
+    def wait(self, timeout: float | None = None) -> JobRecord:
+        """Block until the job is finished (TimeoutError after ``timeout`` seconds)."""
+        return self.cluster.wait_for(self.id, timeout)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The job's return value (a list with one entry per rank for gangs); raises
+        JobFailedError if it failed or was cancelled, TimeoutError if not done in time."""
+        rec = self.wait(timeout)
+        if rec.state is not JobState.SUCCEEDED:
+            raise JobFailedError(f"job {self.id} {rec.state.value}: {rec.error or 'cancelled'}")
+        return rec.result
+
+    def cancel(self) -> None:
+        """Ask the controller to cancel the job (returns at once)."""
+        self.cluster.cancel(self.id)
+
+    def logs(self, rank: int = 0, stream: str = "out") -> str:
+        """The rank's stdout (``out``) or stderr (``err``) of the job's last attempt."""
+        rec = self.record
+        path = self.cluster.workdir / "logs" / self.id / f"{self.id}.{rec.attempts}.{rank}.{stream}"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r}, {self.state.value})"
+
+
+class LocalCluster:
+    """A controller running in a background thread; use as a context manager."""
+
+    def __init__(
+        self,
+        fabric: Fabric | str | None = None,
+        workdir: str | Path | None = None,
+        db: str | Path | None = None,
+        scheduler: Scheduler | None = None,
+        recycle: Recycle = "after-python",
+    ) -> None:
+        emulated = fabric is not None and fabric != "local"
+        self.fabric = fabric if isinstance(fabric, Fabric) else load_fabric(fabric)
+        self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="accelnet-")
+        self.workdir = Path(workdir if workdir is not None else self._tmp.name)  # type: ignore[union-attr]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.store: Store = SqliteStore(db) if db is not None else MemoryStore()
+        clock = SystemClock()
+        self.backend = LocalBackend(
+            self.fabric.devices,
+            self.workdir,
+            clock,
+            recycle=recycle,
+            emulated=emulated,
+        )
+        self.controller = Controller(
+            self.fabric, self.store, self.backend, clock, self.workdir, scheduler
+        )
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    # ----- lifecycle ----------------------------------------------------------------
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the controller thread."""
+        self._thread = threading.Thread(target=self._loop, name="accelnet-controller", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the controller, the workers and their tasks; keep the store's contents."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.backend.close()
+        self.store.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    changed = self.controller.step(0.02)
+                if changed:
+                    with self._changed:
+                        self._changed.notify_all()
+        except BaseException as exc:  # surface controller crashes to waiting callers
+            self._error = exc
+            with self._changed:
+                self._changed.notify_all()
+            raise
+
+    # ----- jobs ---------------------------------------------------------------------
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        accelerators: str | dict[str, Any] = "any:1",
+        name: str | None = None,
+        **spec: Any,
+    ) -> Job:
+        """Run ``fn(*args)`` on each device of a gang (``accelerators``); other keyword
+        arguments are job-spec fields (``priority``, ``topology``, ``max_retries``, ...).
+        Raises pydantic's ValidationError or JobRejectedError for a bad request."""
+        fields: dict[str, Any] = {
+            "name": name or getattr(fn, "__name__", "job").strip("<>") or "job",
+            "run": "python (submitted callable)",
+            **spec,
+        }
+        resources = dict(fields.pop("resources", {}))
+        resources["accelerators"] = accelerators
+        fields["resources"] = resources
+        job_spec = JobSpec.model_validate(fields)
+        payload = cloudpickle.dumps((fn, args, {}))
+        return self._submit(job_spec, payload)
+
+    def submit_spec(self, spec: JobSpec) -> Job:
+        """Run a job spec (shell ``run`` or ``entrypoint``)."""
+        return self._submit(spec, None)
+
+    def _submit(self, spec: JobSpec, payload: bytes | None) -> Job:
+        with self._lock:
+            jid = self.controller.submit(spec, payload)
+            self.controller.wake()
+        self.backend.wakeup()  # end the controller's poll wait now
+        return Job(self, jid)
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a job."""
+        with self._lock:
+            self.controller.cancel(job_id)
+
+    def wait_for(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        """Block until ``job_id`` is finished (TimeoutError after ``timeout`` seconds)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                if self._error is not None:
+                    raise RuntimeError("the controller stopped") from self._error
+                rec = self.store.get(job_id)
+                if rec.state.is_finished():
+                    return rec
+                if end is not None and time.monotonic() >= end:
+                    raise TimeoutError(f"job {job_id} still {rec.state.value} after {timeout} s")
+                self._changed.wait(0.1)
+
+    def wait_all(self, jobs: Iterable[Job], timeout: float | None = None) -> list[JobRecord]:
+        """Wait for every job."""
+        return [j.wait(timeout) for j in jobs]
+
+
+def local(
+    fabric: Fabric | str | None = None,
+    workdir: str | Path | None = None,
+    db: str | Path | None = None,
+    scheduler: Scheduler | None = None,
+) -> LocalCluster:
+    """An embedded cluster on this machine (or an emulated ``fabric``); a context manager."""
+    return LocalCluster(fabric, workdir, db, scheduler)

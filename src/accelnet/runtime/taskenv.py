@@ -1,0 +1,61 @@
+"""The environment a task runs in: the accelnet variables and the GPU it may see."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from accelnet.fabric.model import Device, DeviceKind
+from accelnet.runtime.backend import TaskSpec
+
+_GPU_NUMBER = re.compile(r"(\d+)$")
+
+
+def cuda_visible_devices(device: Device, emulated: bool) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a task on ``device``.
+
+    A real NVIDIA GPU gets its host-local number: the digits ending its name (``gpu3`` ->
+    ``"3"``; ``Device.index`` counts all of a host's devices, not its GPUs), else its UUID,
+    else its index. Anything else, and every device of an emulated fabric, gets ``""``, so
+    the task sees no real GPU.
+    """
+    if emulated or device.kind is not DeviceKind.GPU or device.model.vendor != "nvidia":
+        return ""
+    number = _GPU_NUMBER.search(device.name)
+    if number:
+        return number.group(1)
+    return device.uuid or str(device.index)
+
+
+def device_path(device_id: str) -> Path:
+    """A relative path for a device id (``host/gpu0`` -> ``host/gpu0``), safe to join."""
+    parts = [re.sub(r"[^\w.-]", "_", p) for p in device_id.split("/")]
+    return Path(*("_" if p in ("", ".", "..") else p for p in parts))
+
+
+def device_env(device: Device, scratch: Path, emulated: bool) -> dict[str, str]:
+    """What a device's worker process and every task on the device see."""
+    return {
+        "ACCELNET_DEVICE": device.id,
+        "ACCELNET_EMULATED": "1" if emulated else "0",
+        "ACCELNET_SCRATCH": str(scratch),
+        "CUDA_VISIBLE_DEVICES": cuda_visible_devices(device, emulated),
+    }
+
+
+def task_env(
+    base: Mapping[str, str], task: TaskSpec, device: Device, scratch: Path, emulated: bool
+) -> dict[str, str]:
+    """``base`` (the parent's environment), the accelnet variables, then ``task.env``."""
+    env = dict(base)
+    env.update(device_env(device, scratch, emulated))
+    env.update(
+        ACCELNET_JOB=task.job_id,
+        ACCELNET_TASK=task.task_id,
+        ACCELNET_RANK=str(task.rank),
+        ACCELNET_WORLD_SIZE=str(task.world),
+        ACCELNET_DEVICES=",".join(task.devices),
+    )
+    env.update(task.env)
+    return env

@@ -1,0 +1,332 @@
+"""The worker process of :class:`~accelnet.runtime.local_backend.LocalBackend`: one per device.
+
+Started as ``python -P worker.py <fd>`` in a session of its own, it talks to its parent over
+a :class:`multiprocessing.connection.Connection` on ``fd`` and runs one task at a time:
+
+- a *command* runs as ``/bin/sh -c`` in a new session (its process group is the task's
+  tree); the worker waits for it, answers pings meanwhile, and kills the group on a
+  ``cancel``, on a timeout and, for stragglers left in the background, when the shell exits;
+- a *payload* (``cloudpickle.dumps((fn, args, kwargs))``) runs in this process, with fds 1
+  and 2 pointed at the task's logs and ``os.environ`` set to the task's for the duration.
+  The parent enforces payload timeouts and cancels by killing this process's group.
+
+The worker exits when its parent closes the connection and, while a payload keeps the main
+thread busy, when a watchdog thread sees that its parent has died; either way it kills the
+running command's process group first, so a SIGKILLed controller leaves no orphans.
+
+Messages are tuples. Parent to worker: ``("init", {"parent_pid": int})`` first, then
+``("run", request)``, ``("cancel", task_id)``, ``("ping", token)``, ``("exit",)``. Worker to
+parent: ``("started", task_id, pid, monotonic_time)``, ``("done", task_id, kind,
+exit_code, error, result)`` with ``kind`` one of :data:`DONE_KINDS`, ``("pong", token)``.
+
+Imports are the standard library only (cloudpickle is imported on the first payload): the
+worker answers its first message about 50 ms after it is spawned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from multiprocessing.connection import Connection, wait
+from typing import IO, Any
+
+DONE_KINDS = ("succeeded", "failed", "cancelled")
+PARENT_CHECK_S = 0.25  # how often the watchdog looks for its parent
+ERROR_LINES = 6  # lines of a traceback (or of a command's stderr) kept in an event's error
+_NO_PIDFD_POLL_S = 0.01  # exit polling period where os.pidfd_open is missing
+_pause = threading.Event().wait  # a sleep that no one interrupts
+
+
+def tail(path: str, lines: int = ERROR_LINES, limit: int = 4096) -> str:
+    """The last ``lines`` lines of the file at ``path`` ("" if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace").rstrip()
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def describe_exit(code: int) -> str:
+    """A process's exit code (negative: the signal that killed it) in words."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+class _Child:
+    """A running command: its Popen and, where the kernel has them, a pidfd to wait on."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(proc.pid)
+
+    def exited(self) -> bool:
+        """Whether the shell has exited; leaves it unreaped, so its pid stays reserved."""
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, flags) is not None
+        except ChildProcessError:
+            return True
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the shell to exit; whether it did."""
+        end = time.monotonic() + timeout
+        while not self.exited():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self.pidfd is not None:
+                wait([self.pidfd], left)
+            else:
+                _pause(min(left, _NO_PIDFD_POLL_S))
+        return True
+
+    def kill(self, grace: float) -> int:
+        """SIGTERM the group, SIGKILL it after ``grace`` s (or at once if the shell is gone);
+        reap the shell and return its exit code."""
+        if not self.exited():
+            self.signal(signal.SIGTERM)
+            self.wait_exit(grace)
+        return self.reap()
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the command's whole process group."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def reap(self) -> int:
+        """Kill what is left of the group, reap the shell, close the pidfd; the exit code."""
+        self.signal(signal.SIGKILL)  # stragglers: `cmd &` children outliving the shell
+        code = self.proc.wait()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        return code
+
+
+class Worker:
+    """The serving loop of one worker process (see the module docstring)."""
+
+    def __init__(self, conn: Connection, parent_pid: int) -> None:
+        self.conn = conn
+        self.parent_pid = parent_pid
+        self.child: _Child | None = None
+        self.exiting = False
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Answer messages until the parent says ``exit`` or closes the connection."""
+        threading.Thread(target=self._watch_parent, name="watch-parent", daemon=True).start()
+        while not self.exiting:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            self._dispatch(msg, None)
+
+    def _dispatch(self, msg: tuple[Any, ...], running: str | None) -> bool:
+        """Handle one message; True if it asks to stop the task ``running``."""
+        op: str = msg[0]
+        if op == "run":
+            self._run(msg[1])
+        elif op == "ping":
+            self.conn.send(("pong", msg[1]))
+        elif op == "exit":
+            self.exiting = True
+            return True
+        return op == "cancel" and bool(msg[1] == running)  # a cancel of anything else is stale
+
+    def _watch_parent(self) -> None:
+        while True:
+            _pause(PARENT_CHECK_S)
+            if os.getppid() != self.parent_pid:
+                if self.child is not None:
+                    self.child.signal(signal.SIGKILL)
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    def _done(
+        self,
+        task_id: str,
+        kind: str,
+        exit_code: int | None = None,
+        error: str | None = None,
+        result: bytes | None = None,
+    ) -> None:
+        self.conn.send(("done", task_id, kind, exit_code, error, result))
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def _run(self, req: dict[str, Any]) -> None:
+        task_id: str = req["task_id"]
+        try:
+            os.makedirs(os.path.dirname(req["out"]) or ".", exist_ok=True)
+            with contextlib.ExitStack() as stack:
+                out = stack.enter_context(open(req["out"], "ab"))
+                err = stack.enter_context(open(req["err"], "ab"))
+                if req["command"] is not None:
+                    self._run_command(req, out, err)
+                else:
+                    self._run_payload(req, out, err)
+        except OSError as e:
+            self._done(task_id, "failed", error=f"cannot start the task: {e}")
+
+    def _run_command(self, req: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> None:
+        task_id: str = req["task_id"]
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", req["command"]],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=req["env"],
+            start_new_session=True,
+        )
+        child = self.child = _Child(proc)
+        started = time.monotonic()
+        self.conn.send(("started", task_id, proc.pid, started))
+        timeout: float | None = req["timeout_s"]
+        deadline = None if timeout is None else started + timeout
+        grace: float = req["grace_s"]
+        try:
+            while not child.exited():
+                wait_s = PARENT_CHECK_S if child.pidfd is not None else _NO_PIDFD_POLL_S
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        code = child.kill(grace)
+                        self._done(task_id, "failed", code, f"timed out after {timeout:g} s")
+                        return
+                    wait_s = min(wait_s, left)
+                watched: list[Any] = [self.conn]
+                if child.pidfd is not None:
+                    watched.append(child.pidfd)
+                if self.conn in wait(watched, wait_s):
+                    try:
+                        msg = self.conn.recv()
+                    except (EOFError, OSError):  # the parent is gone: take the task along
+                        child.kill(0.0)
+                        self.exiting = True
+                        return
+                    if self._dispatch(msg, task_id):
+                        code = child.kill(grace)
+                        self._done(task_id, "cancelled", code, "cancelled")
+                        return
+            code = child.reap()
+        finally:
+            self.child = None
+        if code == 0:
+            self._done(task_id, "succeeded", 0)
+        else:
+            stderr = tail(req["err"])
+            detail = describe_exit(code) + (f"; stderr ends:\n{stderr}" if stderr else "")
+            self._done(task_id, "failed", code, detail)
+
+    def _run_payload(self, req: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> None:
+        task_id: str = req["task_id"]
+        sys.path[:] = req["sys_path"]
+        try:
+            import cloudpickle  # noqa: PLC0415 (only payload tasks pay for it)
+
+            data: bytes = req["payload"]
+            if data is None:
+                with open(req["payload_path"], "rb") as f:
+                    data = f.read()
+                os.unlink(req["payload_path"])
+            fn, args, kwargs = cloudpickle.loads(data)
+        except BaseException as e:
+            err.write(traceback.format_exc().encode())
+            self._done(task_id, "failed", error=f"the payload could not be unpickled: {e!r}")
+            return
+        self.conn.send(("started", task_id, os.getpid(), time.monotonic()))
+        kind, code, error, result = "failed", None, None, None
+        with _redirected(out, err, req["env"]):
+            try:
+                value = fn(*args, **kwargs)
+            except SystemExit as e:  # sys.exit() in a function: judge it as a process's exit
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                kind = "succeeded" if code == 0 else "failed"
+                error = None if code == 0 else f"sys.exit({e.code!r})"
+            except BaseException:
+                text = traceback.format_exc()
+                sys.stderr.write(text)
+                error = "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
+            else:
+                try:
+                    result = cloudpickle.dumps(value)
+                    kind, code = "succeeded", 0
+                except BaseException as e:
+                    sys.stderr.write(traceback.format_exc())
+                    error = f"the return value could not be pickled: {e!r}"
+        self._done(task_id, kind, code, error, result)
+
+
+@contextlib.contextmanager
+def _redirected(out: IO[bytes], err: IO[bytes], env: dict[str, str]) -> Iterator[None]:
+    """fds 1 and 2 to the logs, the task's environment; everything restored afterwards."""
+    streams, cwd, saved_env = (sys.stdout, sys.stderr), os.getcwd(), dict(os.environ)
+    _flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(out.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        _flush()
+        sys.stdout, sys.stderr = streams
+        _flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+        os.environ.clear()
+        os.environ.update(saved_env)
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def main(argv: list[str]) -> int:
+    """Serve the connection on fd ``argv[1]``; the process's exit status."""
+    if os.getsid(0) != os.getpid():  # the parent starts us with setsid(); be sure of it
+        os.setsid()
+    fd = int(argv[1])
+    os.set_inheritable(fd, False)  # a payload's os.system() children must not hold it open
+    conn = Connection(fd)
+    try:
+        op, init = conn.recv()
+    except (EOFError, OSError):
+        return 0
+    if op != "init" or os.getppid() != init["parent_pid"]:
+        return 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    Worker(conn, init["parent_pid"]).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
