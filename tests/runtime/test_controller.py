@@ -1,0 +1,126 @@
+"""The controller with real worker processes: gangs, retries, cancel, lost workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import accelnet
+from accelnet.runtime.controller import JobRejectedError
+from accelnet.runtime.sdk import JobFailedError
+from accelnet.sched import JobSpec, JobState
+
+
+def env_of_rank() -> dict[str, str]:
+    keys = ("ACCELNET_RANK", "ACCELNET_WORLD_SIZE", "ACCELNET_DEVICE", "ACCELNET_DEVICES",
+            "CUDA_VISIBLE_DEVICES", "ACCELNET_EMULATED")  # fmt: skip
+    return {k: os.environ.get(k, "") for k in keys}
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def test_gang_gets_distinct_devices_and_the_right_environment(tmp_path: Path) -> None:
+    with accelnet.local(fabric="pcie-4xL4", workdir=tmp_path) as cluster:
+        job = cluster.submit(env_of_rank, accelerators="L4:2", topology={"required": "host"})
+        ranks = job.result(timeout=60)
+        rec = job.record
+    assert rec.state is JobState.SUCCEEDED and rec.placement is not None
+    devices = list(rec.placement.devices)
+    assert [r["ACCELNET_RANK"] for r in ranks] == ["0", "1"]
+    assert [r["ACCELNET_DEVICE"] for r in ranks] == devices
+    assert len(set(devices)) == 2
+    assert {r["ACCELNET_DEVICES"] for r in ranks} == {",".join(devices)}
+    assert {r["ACCELNET_WORLD_SIZE"] for r in ranks} == {"2"}
+    # an emulated GPU never sees a real one
+    assert {r["CUDA_VISIBLE_DEVICES"] for r in ranks} == {""}
+    assert {r["ACCELNET_EMULATED"] for r in ranks} == {"1"}
+
+
+def test_callable_result_and_entrypoint(tmp_path: Path) -> None:
+    with accelnet.local(workdir=tmp_path) as cluster:
+        assert cluster.submit(add, 2, 3).result(timeout=60) == 5
+        spec = JobSpec.model_validate(
+            {"name": "ep", "entrypoint": {"function": "operator:mul", "args": [6, 7]}}
+        )
+        assert cluster.submit_spec(spec).result(timeout=60) == 42
+
+
+def test_failing_task_is_retried_then_failed_with_its_log(tmp_path: Path) -> None:
+    spec = JobSpec.model_validate(
+        {"name": "flaky", "run": "echo trying >&2; exit 3", "max_retries": 1}
+    )
+    with accelnet.local(workdir=tmp_path) as cluster:
+        job = cluster.submit_spec(spec)
+        with pytest.raises(JobFailedError, match="rank 0 failed"):
+            job.result(timeout=60)
+        rec = job.record
+        events = [e.kind for e in cluster.store.events(job.id)]
+        assert job.logs(stream="err").strip() == "trying"
+    assert rec.state is JobState.FAILED
+    assert rec.attempts == 2 and rec.failures == 2
+    assert "log:" in (rec.error or "") and ".err" in (rec.error or "")
+    assert events.count("job:starting") == 2 and events.count("job:admitted") == 2
+    assert events[-1] == "job:failed"
+
+
+def _sleepers(marker: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"])
+            if marker in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+
+
+def test_cancel_kills_the_process_tree(tmp_path: Path) -> None:
+    marker = f"sleep 1000.{os.getpid()}"
+    spec = JobSpec.model_validate({"name": "long", "run": f"{marker} & {marker}; wait"})
+    with accelnet.local(workdir=tmp_path) as cluster:
+        job = cluster.submit_spec(spec)
+        deadline = time.monotonic() + 30
+        while job.state is not JobState.RUNNING or len(_sleepers(marker)) < 2:
+            assert time.monotonic() < deadline, "the job never ran"
+            time.sleep(0.05)
+        job.cancel()
+        rec = job.wait(timeout=30)
+        assert rec.state is JobState.CANCELLED
+        deadline = time.monotonic() + 10
+        while _sleepers(marker):
+            assert time.monotonic() < deadline, "a process of the cancelled job survived"
+            time.sleep(0.05)
+
+
+def wait_and_report(path: str) -> str:
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(30)
+    return "slept"
+
+
+def quick() -> str:
+    return "second try"
+
+
+def test_a_killed_worker_fails_its_task_and_is_replaced(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with accelnet.local(workdir=tmp_path / "w") as cluster:
+        job = cluster.submit(wait_and_report, str(pid_file), accelerators="any:1")
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the worker runs the callable
+        rec = job.wait(timeout=30)
+        assert rec.state is JobState.FAILED and "lost" in (rec.error or "")
+        # the device is usable again: a new worker runs the next job
+        again = cluster.submit(quick, accelerators="any:1")
+        assert again.result(timeout=60) == "second try"
+
+
+def test_rejected_jobs_are_not_stored(tmp_path: Path) -> None:
+    with accelnet.local(workdir=tmp_path) as cluster:
+        with pytest.raises(JobRejectedError, match="has no H100"):
+            cluster.submit(quick, accelerators="H100:1")
+        assert cluster.store.jobs() == []
