@@ -8,6 +8,7 @@ from accelnet.cli.demo import demo
 from accelnet.cli.fabric_cmd import fabric_app
 from accelnet.cli.job_cmd import job_app
 from accelnet.cli.plan_cmd import plan
+from accelnet.cli.run_cmd import run
 
 app = typer.Typer(
     name="accelnet",
@@ -20,6 +21,7 @@ app.add_typer(fabric_app, name="fabric")
 app.add_typer(job_app, name="job")
 app.command("demo")(demo)
 app.command("plan")(plan)
+app.command("run")(run)
 
 
 def main() -> None:

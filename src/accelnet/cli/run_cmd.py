@@ -1,0 +1,99 @@
+"""``accelnet run JOB.yaml... [--fabric SPEC]``: run job files to completion and report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from accelnet.cli.fabric_cmd import fail, load_or_exit, note
+from accelnet.runtime.controller import JobRejectedError
+from accelnet.runtime.sdk import Job, LocalCluster
+from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
+from accelnet.sched.spec import JobSpec
+from accelnet.sched.topology import Topology
+
+_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
+
+
+def _table(jobs: list[Job], emulated: bool, waiting: dict[str, str]) -> Table:
+    table = Table()
+    for col in ("job", "state", "devices", "wait", "run time", "attempts", "note"):
+        table.add_column(col, overflow="fold")
+    now = time.time()
+    for job in jobs:
+        r = job.record
+        devs = ", ".join(r.placement.devices) if r.placement else "-"
+        if emulated and r.placement:
+            devs += " (emulated)"
+        wait = (r.started_at or now) - r.submitted_at
+        run = ((r.finished_at or now) - r.started_at) if r.started_at else 0.0
+        why = r.error or waiting.get(r.id, "") if r.state.value != "succeeded" else ""
+        table.add_row(Text(r.id), Text(r.state.value, _STYLE.get(r.state.value, "")), Text(devs),
+                      Text(f"{max(0.0, wait):.1f} s"), Text(f"{max(0.0, run):.1f} s"),
+                      Text(str(r.attempts)), Text(why[:120]))  # fmt: skip
+    return table
+
+
+def run(
+    job_files: Annotated[list[str], typer.Argument(help="job files (YAML or JSON)")],
+    fabric: Annotated[
+        str | None, typer.Option(help="emulate this fabric (preset or file) on this CPU")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="working folder: logs, scratch")] = Path("accelnet-run"),
+    db: Annotated[Path | None, typer.Option(help="SQLite store (survives crashes)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON summary for scripts")] = False,
+    timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
+) -> None:
+    """Run job files to completion on this machine (or an emulated fabric) and report."""
+    emulated = fabric is not None and fabric != "local"
+    fab = load_or_exit(fabric, "per-core")
+    topo = Topology(fab)
+    specs: list[JobSpec] = []
+    for path in job_files:
+        try:
+            jobs = load_jobs(path)
+            check_runnable(jobs, topo, path)
+        except JobSpecError as exc:
+            fail(exc, 1)
+        specs += jobs
+    console = Console(stderr=as_json)
+    start = time.monotonic()
+    with LocalCluster(fab, workdir=out.resolve(), db=db) as cluster:
+        try:
+            handles = [cluster.submit_spec(s) for s in specs]
+        except JobRejectedError as exc:
+            fail(exc, 1)
+        with Live(console=console, refresh_per_second=4) as live:
+            while not all(h.state.is_finished() for h in handles):
+                if time.monotonic() - start > timeout:
+                    fail(f"not finished within {timeout:g} s", 1)
+                live.update(_table(handles, emulated, cluster.controller.waiting))
+                time.sleep(0.25)
+            live.update(_table(handles, emulated, cluster.controller.waiting))
+        records = [h.record for h in handles]
+    ok = all(r.state.value == "succeeded" for r in records)
+    if as_json:
+        data = {
+            "schema": "accelnet.run/v1",
+            "fabric": fab.name,
+            "emulated": emulated,
+            "jobs": [
+                {"id": r.id, "name": r.spec.name, "state": r.state.value, "attempts": r.attempts,
+                 "devices": list(r.placement.devices) if r.placement else [],
+                 "error": r.error, "logs": str(out.resolve() / "logs" / r.id)}
+                for r in records
+            ],
+        }  # fmt: skip
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    if not ok:
+        note(f"logs are under {out.resolve() / 'logs'}")
+        raise typer.Exit(1)

@@ -1,0 +1,49 @@
+"""``accelnet run``: job files run to completion on real workers, with a report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from accelnet.cli.main import app
+
+runner = CliRunner()
+
+JOBS = """jobs:
+  - {name: hello, run: "echo hello from $ACCELNET_DEVICE"}
+  - {name: pair, run: "echo rank $ACCELNET_RANK of $ACCELNET_WORLD_SIZE",
+     resources: {accelerators: "any:2"}}
+  - {name: bad, run: "echo broken >&2; exit 4", max_retries: 1}
+  - {name: mul, entrypoint: {function: "operator:mul", args: [6, 7]}}
+"""
+
+
+def test_run_reports_every_job(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(JOBS)
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["run", str(jobs), "--out", str(out), "--json",
+                            "--fabric", "pcie-4xL4"], env={"COLUMNS": "200"})  # fmt: skip
+    assert r.exit_code == 1  # one job failed
+    data = json.loads(r.stdout)
+    states = {j["name"]: (j["state"], j["attempts"]) for j in data["jobs"]}
+    assert states == {"hello": ("succeeded", 1), "pair": ("succeeded", 1),
+                      "bad": ("failed", 2), "mul": ("succeeded", 1)}  # fmt: skip
+    bad = next(j for j in data["jobs"] if j["name"] == "bad")
+    assert "exited with code 4" in bad["error"]
+    err_log = Path(bad["logs"]) / f"{bad['id']}.2.0.err"
+    assert err_log.read_text().strip() == "broken"
+    pair = next(j for j in data["jobs"] if j["name"] == "pair")
+    outs = sorted(Path(pair["logs"]).glob("*.out"))
+    assert [p.read_text().strip() for p in outs] == ["rank 0 of 2", "rank 1 of 2"]
+    assert data["emulated"] is True
+
+
+def test_run_rejects_a_job_the_fabric_cannot_run(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("name: big\nrun: x\nresources: {accelerators: 'L4:9'}\n")
+    r = runner.invoke(app, ["run", str(jobs), "--fabric", "pcie-4xL4", "--out",
+                            str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 1 and "needs 9 x L4" in " ".join(r.stderr.split())
