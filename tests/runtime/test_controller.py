@@ -124,3 +124,19 @@ def test_rejected_jobs_are_not_stored(tmp_path: Path) -> None:
         with pytest.raises(JobRejectedError, match="has no H100"):
             cluster.submit(quick, accelerators="H100:1")
         assert cluster.store.jobs() == []
+
+
+def test_job_files_through_the_sdk(tmp_path: Path) -> None:
+    from accelnet.sched.jobfile import JobSpecError
+
+    jobs = tmp_path / "j.yaml"
+    jobs.write_text("jobs:\n  - {name: a, run: 'echo a'}\n  - {name: b, run: 'echo b'}\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("jobs:\n  - {name: a, run: 'echo a'}\n  - {name: b, run: x, gpus: 2}\n")
+    with accelnet.local(workdir=tmp_path / "w") as cluster:
+        with pytest.raises(JobSpecError, match="gpus: unknown key"):
+            cluster.submit_file(bad)
+        assert cluster.store.jobs() == []  # nothing submitted from a bad file
+        handles = cluster.submit_file(jobs)
+        assert [h.wait(timeout=60).state for h in handles] == [JobState.SUCCEEDED] * 2
+        assert [h.logs().strip() for h in handles] == ["a", "b"]

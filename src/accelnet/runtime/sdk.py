@@ -24,6 +24,7 @@ from accelnet.runtime.local_backend import LocalBackend, Recycle
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import JobRecord, MemoryStore, Store
 from accelnet.sched import JobSpec, JobState, Scheduler
+from accelnet.sched.jobfile import check_runnable, load_jobs
 
 
 class JobFailedError(RuntimeError):
@@ -171,6 +172,13 @@ class LocalCluster:
     def submit_spec(self, spec: JobSpec) -> Job:
         """Run a job spec (shell ``run`` or ``entrypoint``)."""
         return self._submit(spec, None)
+
+    def submit_file(self, path: str | Path) -> list[Job]:
+        """Run every job of a YAML/JSON job file; JobSpecError names what is wrong (and
+        nothing is submitted then)."""
+        specs = load_jobs(path)
+        check_runnable(specs, self.controller.topology, str(path))
+        return [self._submit(s, None) for s in specs]
 
     def _submit(self, spec: JobSpec, payload: bytes | None) -> Job:
         with self._lock:
