@@ -36,7 +36,7 @@ def test_run_reports_every_job(tmp_path: Path) -> None:
     err_log = Path(bad["logs"]) / f"{bad['id']}.2.0.err"
     assert err_log.read_text().strip() == "broken"
     pair = next(j for j in data["jobs"] if j["name"] == "pair")
-    outs = sorted(Path(pair["logs"]).glob("*.out"))
+    outs = sorted(Path(pair["logs"]).glob(f"{pair['log_prefix']}.*.out"))
     assert [p.read_text().strip() for p in outs] == ["rank 0 of 2", "rank 1 of 2"]
     assert data["emulated"] is True
 

@@ -89,7 +89,8 @@ def run(
             "jobs": [
                 {"id": r.id, "name": r.spec.name, "state": r.state.value, "attempts": r.attempts,
                  "devices": list(r.placement.devices) if r.placement else [],
-                 "error": r.error, "logs": str(out.resolve() / "logs" / r.id)}
+                 "error": r.error, "logs": str(out.resolve() / "logs"),
+                 "log_prefix": f"{r.id}.{r.attempts}"}
                 for r in records
             ],
         }  # fmt: skip

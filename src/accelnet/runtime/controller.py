@@ -27,7 +27,7 @@ from accelnet.runtime.backend import Backend, SupportsRefresh, TaskEvent, TaskEv
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord, Store
-from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Snapshot, Tenant
+from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Snapshot, Tenant
 from accelnet.sched.request import rejection
 from accelnet.statemachine import Tracked
 
@@ -72,6 +72,8 @@ class Controller:
         self.backend = backend
         self.clock = clock
         self.workdir = Path(workdir)
+        self.log_dir = self.workdir / "logs"  # <job>.<attempt>.<rank>.out|err
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.scheduler = scheduler or Scheduler()
         self.tenants = dict(tenants or {})
         self.topology = self.scheduler.topology(fabric)
@@ -80,6 +82,11 @@ class Controller:
         self._tasks: dict[str, tuple[str, int]] = {}
         self._dirty = True
         self._devices: dict[str, Device] = {}
+        # live jobs (queued or holding devices), kept in step with the store: the store is
+        # written through on every change and read only at start-up
+        self._live: dict[str, JobRecord] = {}
+        self._views: dict[str, tuple[JobRecord, JobView]] = {}
+        self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
         self._recover()
 
     # ----- start-up -----------------------------------------------------------------
@@ -98,8 +105,10 @@ class Controller:
                 self._refresh(dev)
             else:
                 self._devices[dev] = Tracked(state)
+        for rec in self.store.jobs(_LIVE):
+            self._live[rec.id] = rec
         for rec in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING]):
-            self.store.transition(
+            self._transition(
                 rec.id, JobState.ADMITTED, now, "requeued: lost when the controller restarted",
                 placement=None,
             )  # fmt: skip
@@ -117,16 +126,18 @@ class Controller:
             )
         jid = job_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
         now = self.clock.now()
-        self.store.add(JobRecord(jid, spec, JobState.PENDING, now, payload=payload))
+        rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload)
+        self.store.add(rec)
+        self._live[jid] = rec
         self._admit(jid, spec, now)
         return jid
 
     def cancel(self, job_id: str) -> None:
         """Cancel a job: queued ones at once, running ones by stopping their tasks."""
-        rec = self.store.get(job_id)
+        rec = self._live.get(job_id) or self.store.get(job_id)
         now = self.clock.now()
         if rec.state in (JobState.PENDING, JobState.ADMITTED):
-            self.store.transition(job_id, JobState.CANCELLED, now, "cancelled", finished_at=now)
+            self._transition(job_id, JobState.CANCELLED, now, "cancelled", finished_at=now)
         elif rec.state.holds_devices():
             self._stop(job_id, "cancelled")
         self._dirty = True
@@ -134,7 +145,12 @@ class Controller:
     def step(self, timeout: float = 0.05) -> bool:
         """One reconcile pass; waits up to ``timeout`` for task events. True if anything
         changed."""
-        events = self.backend.poll(timeout)
+        return self.apply(self.backend.poll(timeout))
+
+    def apply(self, events: list[TaskEvent]) -> bool:
+        """Apply task events, then decide again if anything changed (no waiting: callers
+        that share the controller with other threads poll the backend outside their lock
+        and call this under it)."""
         for ev in events:
             self._on_event(ev)
         changed = bool(events) or self._dirty
@@ -145,46 +161,65 @@ class Controller:
 
     def idle(self) -> bool:
         """No job is queued or running."""
-        return not self.store.jobs(_LIVE)
+        return not self._live
 
     def wake(self) -> None:
         """Something outside changed (a submission from another thread): decide again."""
         self._dirty = True
 
+    def _view(self, rec: JobRecord) -> JobView:
+        """The scheduler's view of a live job, made once per change of the record."""
+        hit = self._views.get(rec.id)
+        if hit is None or hit[0] is not rec:
+            hit = self._views[rec.id] = (rec, rec.view())
+        return hit[1]
+
+    def _transition(
+        self, jid: str, to: JobState, at: float, cause: str, **changes: Any
+    ) -> JobRecord:
+        """Store the transition (durably), then keep the live view in step."""
+        rec = self.store.transition(jid, to, at, cause, **changes)
+        if to.is_finished():
+            self._live.pop(jid, None)
+            self._views.pop(jid, None)
+        else:
+            self._live[jid] = rec
+        return rec
+
     # ----- scheduling ---------------------------------------------------------------
     def _admit(self, jid: str, spec: JobSpec, now: float) -> None:
-        self.store.transition(jid, JobState.ADMITTED, now, "admitted")
+        self._transition(jid, JobState.ADMITTED, now, "admitted")
         self._dirty = True
 
     def _schedule(self) -> None:
         now = self.clock.now()
-        live = self.store.jobs(_LIVE)
+        live = list(self._live.values())
         states = {d: t.state for d, t in self._devices.items()}
-        snap = Snapshot(self.fabric, now, states, tuple(j.view() for j in live), self.tenants)
+        snap = Snapshot(self.fabric, now, states, tuple(self._view(j) for j in live), self.tenants)
         decision = self.scheduler.decide(snap)
         self.waiting = dict(decision.waiting)
         by_id = {j.id: j for j in live}
         for p in decision.preemptions:
             self._stop(p.job, f"preempted: {p.reason}")
-            self.store.transition(p.job, JobState.PREEMPTING, now, p.reason)
+            self._transition(p.job, JobState.PREEMPTING, now, p.reason)
         for jid, devices in decision.nominations.items():
             if by_id[jid].nominated != devices:
-                self.store.update(jid, nominated=devices)
+                self._live[jid] = self.store.update(jid, nominated=devices)
         for s in decision.starts:
             self._launch(by_id[s.job], s.placement, now)
 
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
         for dev in placement.devices:
+            self._holders.setdefault(dev, set()).add(rec.id)
             self._devices[dev] = allocate(self._devices[dev], dev, now, rec.id)
             self.store.set_device(dev, DeviceState.ALLOCATED, now, f"allocated to {rec.id}")
         attempt = rec.attempts + 1
-        self.store.transition(
+        self._transition(
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
             placement=placement, attempts=attempt, nominated=(),
         )  # fmt: skip
         run = self._runs[rec.id] = _Run(attempt, len(placement.devices))
-        log_dir = self.workdir / "logs" / rec.id
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = self.log_dir
         payload = rec.payload
         if payload is None and rec.spec.entrypoint is not None:
             ep = rec.spec.entrypoint
@@ -224,14 +259,14 @@ class Controller:
             return  # a task of an attempt already settled
         jid, rank = where
         run = self._runs[jid]
-        rec = self.store.get(jid)
+        rec = self._live[jid]
         now = ev.at
         self.store.log(jid, now, f"task:{ev.kind.value}", f"{ev.task_id}"
                        + (f": {ev.error}" if ev.error else ""))  # fmt: skip
         if ev.kind is TaskEventKind.STARTED:
             run.started.add(rank)
             if len(run.started) == run.world and rec.state is JobState.STARTING:
-                self.store.transition(jid, JobState.RUNNING, now, "every rank started",
+                self._transition(jid, JobState.RUNNING, now, "every rank started",
                                       started_at=now)  # fmt: skip
             return
         run.ended[rank] = ev.kind
@@ -239,11 +274,11 @@ class Controller:
         if ev.kind is TaskEventKind.SUCCEEDED:
             run.results[rank] = ev.result
         elif run.error is None and ev.kind is not TaskEventKind.CANCELLED:
-            log = Path(self.workdir / "logs" / jid / f"{ev.task_id}.err")
+            log = self.log_dir / f"{ev.task_id}.err"
             run.error = f"rank {rank} {ev.kind.value}: {ev.error or ev.exit_code} (log: {log})"
             self._stop(jid, "another rank failed")
         if len(run.ended) == run.world:
-            self._settle(self.store.get(jid), run, now)
+            self._settle(self._live[jid], run, now)
 
     def _settle(self, rec: JobRecord, run: _Run, now: float) -> None:
         """Every rank of the attempt has ended: decide the job's fate, free its devices."""
@@ -251,28 +286,28 @@ class Controller:
         placement = rec.placement
         ok = all(k is TaskEventKind.SUCCEEDED for k in run.ended.values())
         if rec.state is JobState.STARTING:  # ended before every rank reported STARTED
-            rec = self.store.transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
+            rec = self._transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
         if ok:
             ranks = [run.results[r] for r in range(run.world)]
             result = ranks[0] if run.world == 1 else ranks
-            self.store.transition(rec.id, JobState.SUCCEEDED, now, "every rank succeeded",
+            self._transition(rec.id, JobState.SUCCEEDED, now, "every rank succeeded",
                                   result=result, finished_at=now)  # fmt: skip
         elif run.cancel == "cancelled":
-            self.store.transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now)
+            self._transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now)
         elif rec.state is JobState.PREEMPTING and run.error is None:
-            self.store.transition(rec.id, JobState.ADMITTED, now, "requeued after preemption",
+            self._transition(rec.id, JobState.ADMITTED, now, "requeued after preemption",
                                   placement=None)  # fmt: skip
         else:
             failures = rec.failures + 1
             error = run.error or "stopped"
             if failures <= rec.spec.max_retries:
-                self.store.transition(
+                self._transition(
                     rec.id, JobState.ADMITTED, now,
                     f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
                     placement=None, failures=failures, error=error,
                 )  # fmt: skip
             else:
-                self.store.transition(rec.id, JobState.FAILED, now, error, failures=failures,
+                self._transition(rec.id, JobState.FAILED, now, error, failures=failures,
                                       error=error, finished_at=now)  # fmt: skip
         if placement is not None:
             self._release(rec.id, placement, now)
@@ -284,15 +319,11 @@ class Controller:
         self.store.set_device(dev, state, at, cause)
 
     def _release(self, jid: str, placement: Placement, now: float) -> None:
-        still = {
-            d
-            for j in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING])
-            if j.placement is not None
-            for d in j.placement.devices
-        }
         for dev in placement.devices:
-            if dev in still:
-                continue
+            holders = self._holders.get(dev, set())
+            holders.discard(jid)
+            if holders:
+                continue  # another job still holds a share of it
             rec = release(self._devices[dev], dev, now, jid)
             self._devices[dev] = rec
             self.store.set_device(dev, rec.state, now, f"{jid} released it")

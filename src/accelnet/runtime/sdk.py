@@ -67,7 +67,7 @@ class Job:
     def logs(self, rank: int = 0, stream: str = "out") -> str:
         """The rank's stdout (``out``) or stderr (``err``) of the job's last attempt."""
         rec = self.record
-        path = self.cluster.workdir / "logs" / self.id / f"{self.id}.{rec.attempts}.{rank}.{stream}"
+        path = self.cluster.controller.log_dir / f"{self.id}.{rec.attempts}.{rank}.{stream}"
         return path.read_text(errors="replace") if path.exists() else ""
 
     def __repr__(self) -> str:
@@ -134,8 +134,9 @@ class LocalCluster:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
+                events = self.backend.poll(0.02)  # wait without holding the lock
                 with self._lock:
-                    changed = self.controller.step(0.02)
+                    changed = self.controller.apply(events)
                 if changed:
                     with self._changed:
                         self._changed.notify_all()

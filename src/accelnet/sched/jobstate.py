@@ -21,14 +21,16 @@ class JobState(StrEnum):
 
     def is_finished(self) -> bool:
         """SUCCEEDED, FAILED or CANCELLED: nothing will happen to the job any more."""
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self in _FINISHED
 
     def holds_devices(self) -> bool:
         """STARTING, RUNNING or PREEMPTING: the job's devices are not free."""
-        return self in (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
+        return self in _HOLDING
 
 
 _J = JobState
+_FINISHED = frozenset({_J.SUCCEEDED, _J.FAILED, _J.CANCELLED})
+_HOLDING = frozenset({_J.STARTING, _J.RUNNING, _J.PREEMPTING})
 JOB_TRANSITIONS: TransitionTable[JobState] = TransitionTable(
     "job",
     {

@@ -20,16 +20,17 @@ from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
 from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, explain
 from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, release
-from accelnet.sched.request import Request, make_request, rejection
+from accelnet.sched.request import Rejection, Request, make_request, rejection
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Snapshot, Start
+from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
 
 
 class Scheduler:
     """Ordering policy + placement strategy + preemption rule, by name or instance.
 
-    Keeps one piece of state between calls: the :class:`Topology` of the last fabric it
-    saw (a cache; it never changes a decision).
+    Keeps caches between calls, never state that changes a decision: the
+    :class:`Topology` of the last fabric it saw, and each queued job's request.
     """
 
     def __init__(
@@ -47,12 +48,54 @@ class Scheduler:
             PREEMPTIONS.create(preemption) if isinstance(preemption, str) else preemption
         )
         self._topology: Topology | None = None
+        self._requests: dict[str, tuple[JobSpec, Rejection | None, Request]] = {}
 
     def topology(self, fabric: Fabric) -> Topology:
         """The (cached) topology of ``fabric``."""
         if self._topology is None or self._topology.fabric is not fabric:
             self._topology = Topology(fabric)
+            self._requests.clear()
         return self._topology
+
+    def _make_way(
+        self,
+        job: JobView,
+        req: Request,
+        index: CapacityIndex,
+        victims: list[JobView],
+        reason: str,
+        preemptions: list[Preempt],
+    ) -> tuple[str, ...]:
+        """Record the preemptions and hold the job's future devices; its nomination."""
+        target = _placement_after(index, victims, req, self.placement)
+        _reserve(index, target)  # later jobs in this decision must not take them
+        for v in victims:
+            preemptions.append(
+                Preempt(
+                    v.id,
+                    job.id,
+                    f"preempted for {job.id} (priority {job.priority} > {v.priority}), "
+                    f"which {reason}",
+                )
+            )
+        return target
+
+    def _forget(self, queued: list[JobView]) -> None:
+        """Drop cached requests of jobs no longer queued (now and then, not every call)."""
+        if len(self._requests) > 2 * len(queued) + 1000:
+            keep = {j.id for j in queued}
+            self._requests = {k: v for k, v in self._requests.items() if k in keep}
+
+    def _request(self, job: JobView, topo: Topology) -> tuple[Rejection | None, Request]:
+        """The job's never-fits verdict and request, cached per spec object (a queued job
+        keeps its spec across decisions; the cache never changes an answer)."""
+        hit = self._requests.get(job.id)
+        if hit is not None and hit[0] is job.spec:
+            return hit[1], hit[2]
+        never = rejection(job.spec, topo)
+        req = make_request(job.id, job.spec, topo)
+        self._requests[job.id] = (job.spec, never, req)
+        return never, req
 
     def capacity(self, snapshot: Snapshot) -> CapacityIndex:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold."""
@@ -79,17 +122,21 @@ class Scheduler:
         queued = queued_jobs(snapshot)
         # devices promised to jobs by earlier preemptions are held for them alone
         held = {j.id: _reserve(index, j.nominated) for j in queued if j.nominated}
-        for job in snapshot.jobs:
-            if job.state is JobState.PENDING:
-                waiting[job.id] = "waiting for admission"
+        waiting.update(
+            (j.id, "waiting for admission") for j in snapshot.jobs if j.state is JobState.PENDING
+        )
+        full: dict[tuple[object, ...], str] = {}  # reasons by request shape, when all is full
         for job in self.ordering.order(snapshot, queued):
-            never = rejection(job.spec, topo)
+            never, base = self._request(job, topo)
             if never is not None:
                 waiting[job.id] = f"can never run here: {never.message}"
                 continue
-            req, quota_note, over = _within_quota(
-                job, make_request(job.id, job.spec, topo), snapshot, usage
-            )
+            if not index.free and search is None and not held and not snapshot.tenants:
+                # nothing is free and nothing can be freed: every later job waits, and
+                # jobs asking alike wait for the same reason (a long queue stays cheap)
+                waiting[job.id] = _same_reason(full, base, index)
+                continue
+            req, quota_note, over = _within_quota(job, base, snapshot, usage)
             if quota_note is not None:
                 waiting[job.id] = quota_note
                 continue
@@ -117,20 +164,9 @@ class Scheduler:
             if not victims:
                 waiting[job.id] = reason
                 continue
-            target = _placement_after(index, victims, req, self.placement)
-            nominations[job.id] = target
-            _reserve(index, target)  # later jobs in this decision must not take them
-            names = ", ".join(v.id for v in victims)
-            for v in victims:
-                preemptions.append(
-                    Preempt(
-                        v.id,
-                        job.id,
-                        f"preempted for {job.id} (priority {job.priority} > {v.priority}), "
-                        f"which {reason}",
-                    )
-                )
-            waiting[job.id] = f"{reason}; preempting {names}"
+            nominations[job.id] = self._make_way(job, req, index, victims, reason, preemptions)
+            waiting[job.id] = f"{reason}; preempting {', '.join(v.id for v in victims)}"
+        self._forget(queued)
         return Decision(
             tuple(starts),
             tuple(preemptions),
@@ -138,6 +174,14 @@ class Scheduler:
             self.ordering.time_shares(snapshot),
             nominations,
         )
+
+
+def _same_reason(cache: dict[tuple[object, ...], str], req: Request, index: CapacityIndex) -> str:
+    shape = (req.classes, req.count, req.share, req.required)
+    why = cache.get(shape)
+    if why is None:
+        why = cache[shape] = explain(req, index)
+    return why
 
 
 def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
