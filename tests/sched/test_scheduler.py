@@ -248,3 +248,22 @@ def test_tenant_quota_must_be_a_number() -> None:
 
     with pytest.raises(ValueError, match="quota H100 = nan must be >= 0"):
         Tenant("t", quota={"H100": math.nan})
+
+
+def test_a_full_fabric_queue_gets_the_same_reasons_lazily(lab: Fabric) -> None:
+    busy = [job(f"busy-{i}", "H100:1", devices=(d,)) for i, d in enumerate(lab.devices)
+            if not d.startswith(("t/", "m/"))]  # fmt: skip
+    t4 = job("t4s", "T4:4", devices=("t/gpu0", "t/gpu1", "t/gpu2", "t/gpu3"))
+    a100 = job("a100s", "A100:2", devices=("m/gpu0", "m/gpu1"))
+    queue = [job("q0", "H100:2", t=1), job("q1", "T4:1", t=2), job("q2", "H100:2", t=3),
+             job("q3", "B200:1", t=4)]  # fmt: skip
+    d = decide(lab, *busy, t4, a100, *queue)
+    assert dict(d.waiting) == {
+        "q0": "needs 2 x H100-SXM; 0 of 20 free",
+        "q1": "needs 1 x T4; 0 of 4 free",
+        "q2": "needs 2 x H100-SXM; 0 of 20 free",
+        "q3": "can never run here: fabric 'lab' has no B200; models here: A100-SXM4-80GB, "
+        "H100-SXM, T4",
+    }
+    assert len(d.waiting) == 4 and sorted(d.waiting) == ["q0", "q1", "q2", "q3"]
+    assert d.waiting == {k: d.waiting[k] for k in d.waiting}

@@ -9,7 +9,7 @@ preemption rule. The live controller and the simulator call the very same object
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -125,16 +125,17 @@ class Scheduler:
         waiting.update(
             (j.id, "waiting for admission") for j in snapshot.jobs if j.state is JobState.PENDING
         )
-        full: dict[tuple[object, ...], str] = {}  # reasons by request shape, when all is full
-        for job in self.ordering.order(snapshot, queued):
+        ordered = self.ordering.order(snapshot, queued)
+        tail: list[JobView] = []
+        for pos, job in enumerate(ordered):
+            if not index.free and search is None and not held and not snapshot.tenants:
+                # nothing is free and nothing can be freed: every later job waits; their
+                # reasons are written when read (a long queue stays cheap per decision)
+                tail = ordered[pos:]
+                break
             never, base = self._request(job, topo)
             if never is not None:
                 waiting[job.id] = f"can never run here: {never.message}"
-                continue
-            if not index.free and search is None and not held and not snapshot.tenants:
-                # nothing is free and nothing can be freed: every later job waits, and
-                # jobs asking alike wait for the same reason (a long queue stays cheap)
-                waiting[job.id] = _same_reason(full, base, index)
                 continue
             req, quota_note, over = _within_quota(job, base, snapshot, usage)
             if quota_note is not None:
@@ -170,18 +171,57 @@ class Scheduler:
         return Decision(
             tuple(starts),
             tuple(preemptions),
-            waiting,
+            _Reasons(waiting, tail, self._request, topo, index) if tail else waiting,
             self.ordering.time_shares(snapshot),
             nominations,
         )
 
 
-def _same_reason(cache: dict[tuple[object, ...], str], req: Request, index: CapacityIndex) -> str:
-    shape = (req.classes, req.count, req.share, req.required)
-    why = cache.get(shape)
-    if why is None:
-        why = cache[shape] = explain(req, index)
-    return why
+class _Reasons(Mapping[str, str]):
+    """Waiting reasons, those of a full fabric's queue tail computed when first read.
+
+    Once nothing is free, every later job waits with the reason its request gets from the
+    final (unchanging) capacity index, so writing them all at decision time would only
+    cost time; reading them gives exactly what eager writing would have.
+    """
+
+    def __init__(
+        self,
+        eager: dict[str, str],
+        tail: list[JobView],
+        request: Callable[[JobView, Topology], tuple[Rejection | None, Request]],
+        topo: Topology,
+        index: CapacityIndex,
+    ) -> None:
+        self._eager = eager
+        self._tail = {j.id: j for j in tail if j.id not in eager}
+        self._request = request
+        self._topo = topo
+        self._index = index
+        self._shapes: dict[tuple[object, ...], str] = {}
+        self._computed: dict[str, str] = {}
+
+    def __getitem__(self, job_id: str) -> str:
+        found = self._eager.get(job_id) or self._computed.get(job_id)
+        if found is not None:
+            return found
+        never, req = self._request(self._tail[job_id], self._topo)
+        if never is not None:
+            why = f"can never run here: {never.message}"
+        else:
+            shape = (req.classes, req.count, req.share, req.required)
+            why = self._shapes.get(shape) or self._shapes.setdefault(
+                shape, explain(req, self._index)
+            )
+        self._computed[job_id] = why
+        return why
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._eager
+        yield from self._tail
+
+    def __len__(self) -> int:
+        return len(self._eager) + len(self._tail)
 
 
 def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
