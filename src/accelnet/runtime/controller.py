@@ -14,6 +14,7 @@ Released devices are refreshed (worker recycled, scratch cleaned) before reuse.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ class Controller:
         self.scheduler = scheduler or Scheduler()
         self.tenants = dict(tenants or {})
         self.topology = self.scheduler.topology(fabric)
-        self.waiting: dict[str, str] = {}
+        self.waiting: Mapping[str, str] = {}
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[str, tuple[str, int]] = {}
         self._dirty = True
@@ -197,7 +198,7 @@ class Controller:
         states = {d: t.state for d, t in self._devices.items()}
         snap = Snapshot(self.fabric, now, states, tuple(self._view(j) for j in live), self.tenants)
         decision = self.scheduler.decide(snap)
-        self.waiting = dict(decision.waiting)
+        self.waiting = decision.waiting
         by_id = {j.id: j for j in live}
         for p in decision.preemptions:
             self._stop(p.job, f"preempted: {p.reason}")

@@ -271,7 +271,8 @@ class LocalBackend(Backend, SupportsRefresh):
         """Clean ``device`` for its next job: (ok, detail); blocks up to ``ping_timeout_s``.
 
         Empties the device's scratch dir; restarts its worker as the recycle policy says
-        (and starts one if its last worker died); then checks that the worker answers a ping.
+        (and starts one if its last worker died); a new worker must answer a ping (a kept
+        one has just answered its last task).
         A device that never had a worker gets none started. Not ok if the device is running a
         task, the scratch dir cannot be emptied, or the worker cannot be started or does not
         answer. Raises ``KeyError`` for an unknown device, ``RuntimeError`` once closed.
@@ -310,6 +311,9 @@ class LocalBackend(Backend, SupportsRefresh):
                 w = self._start(dev)
             except OSError as e:
                 return False, f"could not start a worker: {e}"
+        if not restarted and not w.dead and w.proc.poll() is None:
+            # it has just reported its last task: alive; a ping would only add a round trip
+            return True, f"scratch emptied; worker kept (pid {w.proc.pid})"
         answered = self._ping(w, self._ping_timeout_s)
         if answered is None:
             how = "died" if w.dead else f"did not answer a ping in {self._ping_timeout_s:g} s"
