@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from accelnet.sched.topology import Topology
 _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
 
 
-def _table(jobs: list[Job], emulated: bool, waiting: dict[str, str]) -> Table:
+def _table(jobs: list[Job], emulated: bool, waiting: Mapping[str, str]) -> Table:
     table = Table()
     for col in ("job", "state", "devices", "wait", "run time", "attempts", "note"):
         table.add_column(col, overflow="fold")
