@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
