@@ -86,7 +86,7 @@ class Controller:
         # live jobs (queued or holding devices), kept in step with the store: the store is
         # written through on every change and read only at start-up
         self._live: dict[str, JobRecord] = {}
-        self._views: dict[str, tuple[JobRecord, JobView]] = {}
+        self._view_of: dict[str, JobView] = {}  # the live jobs as the scheduler sees them
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
         self._recover()
 
@@ -107,7 +107,7 @@ class Controller:
             else:
                 self._devices[dev] = Tracked(state)
         for rec in self.store.jobs(_LIVE):
-            self._live[rec.id] = rec
+            self._keep(rec)
         for rec in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING]):
             self._transition(
                 rec.id, JobState.ADMITTED, now, "requeued: lost when the controller restarted",
@@ -129,7 +129,7 @@ class Controller:
         now = self.clock.now()
         rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload)
         self.store.add(rec)
-        self._live[jid] = rec
+        self._keep(rec)
         self._admit(jid, spec, now)
         return jid
 
@@ -168,12 +168,11 @@ class Controller:
         """Something outside changed (a submission from another thread): decide again."""
         self._dirty = True
 
-    def _view(self, rec: JobRecord) -> JobView:
-        """The scheduler's view of a live job, made once per change of the record."""
-        hit = self._views.get(rec.id)
-        if hit is None or hit[0] is not rec:
-            hit = self._views[rec.id] = (rec, rec.view())
-        return hit[1]
+    def _keep(self, rec: JobRecord) -> JobRecord:
+        """Track a live job and the scheduler's view of it (made once per change)."""
+        self._live[rec.id] = rec
+        self._view_of[rec.id] = rec.view()
+        return rec
 
     def _transition(
         self, jid: str, to: JobState, at: float, cause: str, **changes: Any
@@ -182,10 +181,9 @@ class Controller:
         rec = self.store.transition(jid, to, at, cause, **changes)
         if to.is_finished():
             self._live.pop(jid, None)
-            self._views.pop(jid, None)
-        else:
-            self._live[jid] = rec
-        return rec
+            self._view_of.pop(jid, None)
+            return rec
+        return self._keep(rec)
 
     # ----- scheduling ---------------------------------------------------------------
     def _admit(self, jid: str, spec: JobSpec, now: float) -> None:
@@ -196,7 +194,7 @@ class Controller:
         now = self.clock.now()
         live = list(self._live.values())
         states = {d: t.state for d, t in self._devices.items()}
-        snap = Snapshot(self.fabric, now, states, tuple(self._view(j) for j in live), self.tenants)
+        snap = Snapshot(self.fabric, now, states, tuple(self._view_of.values()), self.tenants)
         decision = self.scheduler.decide(snap)
         self.waiting = decision.waiting
         by_id = {j.id: j for j in live}
@@ -205,7 +203,7 @@ class Controller:
             self._transition(p.job, JobState.PREEMPTING, now, p.reason)
         for jid, devices in decision.nominations.items():
             if by_id[jid].nominated != devices:
-                self._live[jid] = self.store.update(jid, nominated=devices)
+                self._keep(self.store.update(jid, nominated=devices))
         for s in decision.starts:
             self._launch(by_id[s.job], s.placement, now)
 

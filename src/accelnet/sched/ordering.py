@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.registry import Registry
@@ -34,6 +35,9 @@ class OrderingPolicy(ABC):
         return float(job.priority)
 
 
+_FIFO_KEY = attrgetter("submitted_at", "id")
+
+
 class Fifo(OrderingPolicy):
     """First submitted, first offered (ties by job id). Jobs that do not fit are skipped,
     so smaller jobs behind them may start (as Gavel's FIFO does)."""
@@ -42,7 +46,7 @@ class Fifo(OrderingPolicy):
 
     def order(self, snapshot: Snapshot, queued: Sequence[JobView]) -> list[JobView]:
         """See :class:`OrderingPolicy`."""
-        return sorted(queued, key=lambda j: (j.submitted_at, j.id))
+        return sorted(queued, key=_FIFO_KEY)
 
 
 class PriorityAging(OrderingPolicy):

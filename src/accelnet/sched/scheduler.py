@@ -25,6 +25,8 @@ from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Snaps
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
 
+_HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
+
 
 class Scheduler:
     """Ordering policy + placement strategy + preemption rule, by name or instance.
@@ -97,12 +99,15 @@ class Scheduler:
         self._requests[job.id] = (job.spec, never, req)
         return never, req
 
-    def capacity(self, snapshot: Snapshot) -> CapacityIndex:
-        """Free capacity in ``snapshot``: schedulable devices minus what jobs hold."""
+    def capacity(self, snapshot: Snapshot, running: list[JobView] | None = None) -> CapacityIndex:
+        """Free capacity in ``snapshot``: schedulable devices minus what jobs hold
+        (``running``: the jobs holding devices, if the caller has them already)."""
         topo = self.topology(snapshot.fabric)
         free = {d: 1.0 for d, s in snapshot.devices.items() if s.schedulable() and d in topo.order}
-        for job in snapshot.jobs:
-            if job.state.holds_devices() and job.placement is not None:
+        if running is None:
+            running = [j for j in snapshot.jobs if j.state in _HOLDING and j.placement]
+        for job in running:
+            if job.placement is not None:
                 for d in job.placement.devices:
                     if d in free:
                         free[d] = max(0.0, free[d] - job.placement.share)
@@ -111,8 +116,8 @@ class Scheduler:
     def decide(self, snapshot: Snapshot) -> Decision:
         """Starts, preemptions and reasons for ``snapshot``; no I/O, no clock."""
         topo = self.topology(snapshot.fabric)
-        index = self.capacity(snapshot)
-        running = [j for j in snapshot.jobs if j.state.holds_devices() and j.placement]
+        running = [j for j in snapshot.jobs if j.state in _HOLDING and j.placement]
+        index = self.capacity(snapshot, running)
         usage = _usage(running)
         starts: list[Start] = []
         preemptions: list[Preempt] = []
