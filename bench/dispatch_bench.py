@@ -75,7 +75,6 @@ import platform
 import pstats
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,6 +94,7 @@ from accelnet.runtime.local_backend import Recycle
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Snapshot
+from benchutil import source_state
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dispatch.json"
 PERCENTILES = (50, 90, 99)
@@ -383,26 +383,6 @@ def ray_local_mode_support(cpus: int) -> dict[str, Any]:
 
 
 # ----- the run --------------------------------------------------------------------------
-
-
-def source_state() -> dict[str, Any]:
-    """The git commit of the checkout and whether ``src/`` differs from it (None: no git)."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*cmd: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *cmd], cwd=root, capture_output=True, text=True, check=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    changed = git("status", "--porcelain", "--", "src")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "src_modified": None if changed is None else bool(changed),
-    }
 
 
 def median_run(runs: Sequence[RunResult]) -> dict[str, Any]:

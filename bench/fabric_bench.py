@@ -40,7 +40,6 @@ import platform
 import random
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -58,6 +57,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from accelnet.fabric import Fabric, load_preset
+from benchutil import source_state
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fabric.json"
 WEIGHT = "latency_us"
@@ -175,26 +175,6 @@ def check_against_nx(fabric: Fabric, graph: nx.Graph[str], pairs: Sequence[Pair]
         if abs(nx_latency - route.latency_us) <= 1e-9 * max(1.0, nx_latency):
             agree += 1
     return agree
-
-
-def source_state() -> dict[str, Any]:
-    """The git commit of the checkout and whether ``src/`` differs from it (None: no git)."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*cmd: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *cmd], cwd=root, capture_output=True, text=True, check=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    changed = git("status", "--porcelain", "--", "src")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "src_modified": None if changed is None else bool(changed),
-    }
 
 
 def median(xs: Sequence[float]) -> float:

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import math
 import os
@@ -58,7 +57,6 @@ import random
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -77,6 +75,7 @@ from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Sna
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.request import Request, make_request
 from accelnet.sched.topology import Topology
+from benchutil import source_state
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS = RESULTS_DIR / "sched.json"
@@ -329,29 +328,6 @@ def growth_exponent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, st
         den = sum((a - mx) ** 2 for a in lx)
         return num / den, "by hand"
     return float(np.polyfit(lx, ly, 1)[0]), "numpy.polyfit"
-
-
-def source_state() -> dict[str, Any]:
-    """The git commit of the checkout and whether ``src/`` differs from it (None: no git)."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*cmd: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *cmd], cwd=root, capture_output=True, text=True, check=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    changed = git("status", "--porcelain", "--", "src")
-    diff = git("diff", "HEAD", "--", "src")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "src_modified": None if changed is None else bool(changed),
-        # identifies the uncommitted state measured (tracked files only)
-        "src_diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None,
-    }
 
 
 def measure_placement(

@@ -1,0 +1,31 @@
+"""Helpers shared by the benchmarks (run them as ``python bench/NAME.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def source_state() -> dict[str, Any]:
+    """The git commit of the checkout, whether ``src/`` differs from it, and a hash of that
+    difference (tracked files), so that figures can be traced to code (None: no git)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*cmd: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *cmd], cwd=root, capture_output=True, text=True, check=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "src")
+    diff = git("diff", "HEAD", "--", "src")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "src_modified": None if changed is None else bool(changed),
+        "src_diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None,
+    }
