@@ -12,8 +12,23 @@ from rich.text import Text
 
 from accelnet.cli.fabric_cmd import CpuOpt, fail, load_or_exit
 from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
-from accelnet.sched.spec import job_json_schema
+from accelnet.sched.spec import JobSpec, job_json_schema
 from accelnet.sched.topology import Topology
+
+
+def load_or_exit_jobs(paths: list[str], topo: Topology) -> list[JobSpec]:
+    """Every job of ``paths``, each checked against the fabric; on the first bad file print
+    what is wrong and exit 1."""
+    specs: list[JobSpec] = []
+    for path in paths:
+        try:
+            jobs = load_jobs(path)
+            check_runnable(jobs, topo, path)
+        except JobSpecError as exc:
+            fail(exc, 1)
+        specs += jobs
+    return specs
+
 
 job_app = typer.Typer(help="Job files: validate, schema.", no_args_is_help=True)
 

@@ -16,10 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit
+from accelnet.cli.job_cmd import load_or_exit_jobs
 from accelnet.fabric import UnknownNameError
 from accelnet.sched import JobState, JobView, Scheduler, Snapshot
-from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
-from accelnet.sched.spec import JobSpec
 
 
 def plan(
@@ -37,15 +36,7 @@ def plan(
         scheduler = Scheduler(ordering, placement, preemption)
     except UnknownNameError as exc:
         fail(exc, 2)
-    topo = scheduler.topology(fab)
-    specs: list[JobSpec] = []
-    for path in job_files:
-        try:
-            jobs = load_jobs(path)
-            check_runnable(jobs, topo, path)
-        except JobSpecError as exc:
-            fail(exc, 1)
-        specs += jobs
+    specs = load_or_exit_jobs(job_files, scheduler.topology(fab))
     names = [s.name for s in specs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

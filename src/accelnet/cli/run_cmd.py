@@ -16,10 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
+from accelnet.cli.job_cmd import load_or_exit_jobs
 from accelnet.runtime.controller import JobRejectedError
 from accelnet.runtime.sdk import Job, LocalCluster
-from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
-from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
 
 _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
@@ -57,15 +56,7 @@ def run(
     """Run job files to completion on this machine (or an emulated fabric) and report."""
     emulated = fabric is not None and fabric != "local"
     fab = load_or_exit(fabric, "per-core")
-    topo = Topology(fab)
-    specs: list[JobSpec] = []
-    for path in job_files:
-        try:
-            jobs = load_jobs(path)
-            check_runnable(jobs, topo, path)
-        except JobSpecError as exc:
-            fail(exc, 1)
-        specs += jobs
+    specs = load_or_exit_jobs(job_files, Topology(fab))
     console = Console(stderr=as_json)
     start = time.monotonic()
     with LocalCluster(fab, workdir=out.resolve(), db=db) as cluster:
