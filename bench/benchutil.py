@@ -29,3 +29,9 @@ def source_state() -> dict[str, Any]:
         "src_modified": None if changed is None else bool(changed),
         "src_diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None,
     }
+
+
+def src_label(source: dict[str, Any]) -> str:
+    """Short form of :func:`source_state`, for tables."""
+    commit = (source["commit"] or "unknown commit")[:12]
+    return f"{commit} + uncommitted changes" if source["src_modified"] else commit

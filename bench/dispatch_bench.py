@@ -94,7 +94,7 @@ from accelnet.runtime.local_backend import Recycle
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Snapshot
-from benchutil import source_state
+from benchutil import source_state, src_label
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dispatch.json"
 PERCENTILES = (50, 90, 99)
@@ -523,12 +523,6 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 
 # ----- output ---------------------------------------------------------------------------
-
-
-def src_label(source: dict[str, Any]) -> str:
-    """Short form of :func:`source_state`, for the table."""
-    commit = (source["commit"] or "unknown commit")[:12]
-    return f"{commit} + uncommitted changes" if source["src_modified"] else commit
 
 
 def report(result: dict[str, Any], console: Console) -> None:

@@ -57,7 +57,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from accelnet.fabric import Fabric, load_preset
-from benchutil import source_state
+from benchutil import source_state, src_label
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fabric.json"
 WEIGHT = "latency_us"
@@ -290,12 +290,6 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "medians": medians,
         "ratios": ratios,
     }
-
-
-def src_label(source: dict[str, Any]) -> str:
-    """Short form of :func:`source_state`, for the table."""
-    commit = (source["commit"] or "unknown commit")[:12]
-    return f"{commit} + uncommitted changes" if source["src_modified"] else commit
 
 
 def report(result: dict[str, Any], console: Console) -> None:

@@ -75,7 +75,7 @@ from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Sna
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.request import Request, make_request
 from accelnet.sched.topology import Topology
-from benchutil import source_state
+from benchutil import source_state, src_label
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS = RESULTS_DIR / "sched.json"
@@ -583,12 +583,6 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "plot": None if plot_skipped else str(args.plot),
         "plot_skipped": plot_skipped,
     }
-
-
-def src_label(source: dict[str, Any]) -> str:
-    """Short form of :func:`source_state`, for the table."""
-    commit = (source["commit"] or "unknown commit")[:12]
-    return f"{commit} + uncommitted changes" if source["src_modified"] else commit
 
 
 def exponent(x: float) -> str:
