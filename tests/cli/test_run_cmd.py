@@ -47,3 +47,17 @@ def test_run_rejects_a_job_the_fabric_cannot_run(tmp_path: Path) -> None:
     r = runner.invoke(app, ["run", str(jobs), "--fabric", "pcie-4xL4", "--out",
                             str(tmp_path / "o")])  # fmt: skip
     assert r.exit_code == 1 and "needs 9 x L4" in " ".join(r.stderr.split())
+
+
+def test_a_run_with_a_store_file_resumes_instead_of_rerunning(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    count = tmp_path / "count.txt"
+    jobs.write_text(f"jobs:\n  - {{name: once, run: 'echo x >> {count}'}}\n")
+    args = ["run", str(jobs), "--out", str(tmp_path / "o"), "--db", str(tmp_path / "s.db"),
+            "--json"]  # fmt: skip
+    first = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert first.exit_code == 0, first.stderr
+    second = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert second.exit_code == 0, second.stderr
+    assert json.loads(second.stdout)["jobs"][0]["id"] == "once"
+    assert count.read_text().split() == ["x"]  # ran once, not twice

@@ -19,6 +19,8 @@ from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.job_cmd import load_or_exit_jobs
 from accelnet.runtime.controller import JobRejectedError
 from accelnet.runtime.sdk import Job, LocalCluster
+from accelnet.runtime.store import StoreError
+from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
 
 _STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
@@ -43,13 +45,27 @@ def _table(jobs: list[Job], emulated: bool, waiting: Mapping[str, str]) -> Table
     return table
 
 
+def _resume_or_submit(cluster: LocalCluster, spec: JobSpec, durable: bool) -> Job:
+    """With a store file, a job is known by its name: a job already in it (from an earlier,
+    perhaps interrupted, run) is followed rather than submitted again."""
+    if not durable:
+        return cluster.submit_spec(spec)
+    try:
+        return cluster.job(spec.name)
+    except StoreError:
+        return cluster.submit_spec(spec, job_id=spec.name)
+
+
 def run(
     job_files: Annotated[list[str], typer.Argument(help="job files (YAML or JSON)")],
     fabric: Annotated[
         str | None, typer.Option(help="emulate this fabric (preset or file) on this CPU")
     ] = None,
     out: Annotated[Path, typer.Option(help="working folder: logs, scratch")] = Path("accelnet-run"),
-    db: Annotated[Path | None, typer.Option(help="SQLite store (survives crashes)")] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="SQLite store: the run survives a crash; rerun to resume (jobs by name)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON summary for scripts")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
 ) -> None:
@@ -61,7 +77,7 @@ def run(
     start = time.monotonic()
     with LocalCluster(fab, workdir=out.resolve(), db=db) as cluster:
         try:
-            handles = [cluster.submit_spec(s) for s in specs]
+            handles = [_resume_or_submit(cluster, s, db is not None) for s in specs]
         except JobRejectedError as exc:
             fail(exc, 1)
         with Live(console=console, refresh_per_second=4) as live:

@@ -170,9 +170,10 @@ class LocalCluster:
         payload = cloudpickle.dumps((fn, args, {}))
         return self._submit(job_spec, payload)
 
-    def submit_spec(self, spec: JobSpec) -> Job:
-        """Run a job spec (shell ``run`` or ``entrypoint``)."""
-        return self._submit(spec, None)
+    def submit_spec(self, spec: JobSpec, job_id: str | None = None) -> Job:
+        """Run a job spec (shell ``run`` or ``entrypoint``); ``job_id`` names the job (by
+        default its name and a random suffix). StoreError if that id exists."""
+        return self._submit(spec, None, job_id)
 
     def submit_file(self, path: str | Path) -> list[Job]:
         """Run every job of a YAML/JSON job file; JobSpecError names what is wrong (and
@@ -181,9 +182,14 @@ class LocalCluster:
         check_runnable(specs, self.controller.topology, str(path))
         return [self._submit(s, None) for s in specs]
 
-    def _submit(self, spec: JobSpec, payload: bytes | None) -> Job:
+    def job(self, job_id: str) -> Job:
+        """A handle on an existing job (StoreError if unknown)."""
+        self.store.get(job_id)
+        return Job(self, job_id)
+
+    def _submit(self, spec: JobSpec, payload: bytes | None, job_id: str | None = None) -> Job:
         with self._lock:
-            jid = self.controller.submit(spec, payload)
+            jid = self.controller.submit(spec, payload, job_id)
             self.controller.wake()
         self.backend.wakeup()  # end the controller's poll wait now
         return Job(self, jid)
