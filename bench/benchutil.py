@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,3 +36,11 @@ def src_label(source: dict[str, Any]) -> str:
     """Short form of :func:`source_state`, for tables."""
     commit = (source["commit"] or "unknown commit")[:12]
     return f"{commit} + uncommitted changes" if source["src_modified"] else commit
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    """Write ``result`` to ``path`` (through a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -68,7 +68,6 @@ import argparse
 import cProfile
 import gc
 import io
-import json
 import logging
 import os
 import platform
@@ -94,7 +93,7 @@ from accelnet.runtime.local_backend import Recycle
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Snapshot
-from benchutil import source_state, src_label
+from benchutil import source_state, src_label, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dispatch.json"
 PERCENTILES = (50, 90, 99)
@@ -603,14 +602,6 @@ def report(result: dict[str, Any], console: Console) -> None:
             f"{prof['wall_s']:.1f} s under the profiler): controller thread"
         )
         console.print(prof["controller_thread"]["text"], markup=False, highlight=False)
-
-
-def write_json(result: dict[str, Any], path: Path) -> None:
-    """Write ``result`` to ``path`` (through a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import random
@@ -57,7 +56,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from accelnet.fabric import Fabric, load_preset
-from benchutil import source_state, src_label
+from benchutil import source_state, src_label, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fabric.json"
 WEIGHT = "latency_us"
@@ -352,14 +351,6 @@ def report(result: dict[str, Any], console: Console) -> None:
         f"latency equals networkx's on {net['latency_agreement']:,}",
     )
     console.print(table)
-
-
-def write_json(result: dict[str, Any], path: Path) -> None:
-    """Write ``result`` to ``path`` (through a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

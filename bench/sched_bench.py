@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import platform
@@ -75,7 +74,7 @@ from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Sna
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.request import Request, make_request
 from accelnet.sched.topology import Topology
-from benchutil import source_state, src_label
+from benchutil import source_state, src_label, write_json
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS = RESULTS_DIR / "sched.json"
@@ -668,17 +667,6 @@ def report(result: dict[str, Any], console: Console) -> None:
     )
     if result["plot_skipped"]:
         console.print(f"plot skipped: {result['plot_skipped']}")
-
-
-def write_json(result: dict[str, Any], path: Path) -> None:
-    """Write ``result`` to ``path`` (through a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    text = json.dumps(result, indent=1)
-    # one line per list of numbers (the samples), not one line per number
-    text = NUMBER_LIST.sub(lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def parse_sizes(text: str) -> list[int]:
