@@ -22,11 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
+from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.runtime.demo import DemoRun, DemoSizes
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
-
-_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
 
 
 def _metric(name: str, result: Any) -> str:
@@ -64,7 +63,7 @@ def _row(name: str, rec: JobRecord, emulated: bool, output: str, now: float) -> 
         Text(devices),
         Text(f"{max(0.0, wait):.1f} s"),
         Text(f"{max(0.0, run):.1f} s"),
-        Text(state, _STYLE.get(state, "")),
+        Text(state, JOB_STATE_STYLE.get(state, "")),
         Text(output if rec.state.value == "succeeded" else (rec.error or "")[:80]),
         Text(_metric(name, rec.result)),
     ]

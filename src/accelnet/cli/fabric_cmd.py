@@ -72,10 +72,6 @@ def _cpu_mode(value: str) -> CpuMode:
 
 def load_or_exit(ref: str | None, cpu: str) -> Fabric:
     """The fabric ``ref`` names; prints the error and exits (1 invalid, 2 unknown) if none."""
-    return _load(ref, cpu)
-
-
-def _load(ref: str | None, cpu: str) -> Fabric:
     try:
         if ref is None or ref == "local":
             found = discover(_cpu_mode(cpu))
@@ -101,7 +97,7 @@ def show(
     cpu_devices: CpuOpt = "per-core",
 ) -> None:
     """Hosts, devices and a topology matrix per host (default: this machine)."""
-    fabric = _load(spec, cpu_devices)
+    fabric = load_or_exit(spec, cpu_devices)
     if as_json:
         _dump(fabric_to_json(fabric))
         return
@@ -117,7 +113,7 @@ def route(
     cpu_devices: CpuOpt = "per-core",
 ) -> None:
     """The route between two devices: level, bottleneck bandwidth, latency, hops."""
-    fabric = _load(spec, cpu_devices)
+    fabric = load_or_exit(spec, cpu_devices)
     try:
         r = fabric.route(dev_a, dev_b)
     except KeyError as exc:

@@ -18,6 +18,7 @@ LEGEND = (
     "PIX = one PCIe switch, PXB = several PCIe switches, PHB = through a CPU host bridge, "
     "SYS = across CPU sockets, NET = across the network, WIFI = a radio link on the way"
 )
+JOB_STATE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
 _STYLE = {"X": "dim", "PIX": "green", "PXB": "green", "PHB": "yellow", "SYS": "red"}
 
 

@@ -17,13 +17,12 @@ from rich.text import Text
 
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.job_cmd import load_or_exit_jobs
+from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.runtime.controller import JobRejectedError
 from accelnet.runtime.sdk import Job, LocalCluster
 from accelnet.runtime.store import StoreError
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
-
-_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "red", "running": "cyan"}
 
 
 def _table(jobs: list[Job], emulated: bool, waiting: Mapping[str, str]) -> Table:
@@ -38,8 +37,9 @@ def _table(jobs: list[Job], emulated: bool, waiting: Mapping[str, str]) -> Table
             devs += " (emulated)"
         wait = (r.started_at or now) - r.submitted_at
         run = ((r.finished_at or now) - r.started_at) if r.started_at else 0.0
-        why = r.error or waiting.get(r.id, "") if r.state.value != "succeeded" else ""
-        table.add_row(Text(r.id), Text(r.state.value, _STYLE.get(r.state.value, "")), Text(devs),
+        state = r.state.value
+        why = "" if state == "succeeded" else (r.error or waiting.get(r.id, ""))
+        table.add_row(Text(r.id), Text(state, JOB_STATE_STYLE.get(state, "")), Text(devs),
                       Text(f"{max(0.0, wait):.1f} s"), Text(f"{max(0.0, run):.1f} s"),
                       Text(str(r.attempts)), Text(why[:120]))  # fmt: skip
     return table

@@ -212,7 +212,7 @@ class Router:
         fabric = self._fabric
         da, db = fabric.devices[a], fabric.devices[b]
         if a == b:
-            return Route(a, b, (a,), (), Level.SELF, "X", da.model.mem_bw_gbps, 0.0, 0.0)
+            return _self_route(a, da.model.mem_bw_gbps)
         ha, hb = fabric.host(da.host), fabric.host(db.host)
         candidates: list[tuple[tuple[str, ...], tuple[Link, ...]]] = []
         if ha is hb:
@@ -236,10 +236,7 @@ class Router:
                 raise KeyError(f"host {host!r} has no node {end!r}")
         if a == b:
             dev = self._fabric.devices.get(h.node_id(a))
-            bw = dev.model.mem_bw_gbps if dev is not None else 0.0
-            return Route(
-                h.node_id(a), h.node_id(a), (h.node_id(a),), (), Level.SELF, "X", bw, 0.0, 0.0
-            )
+            return _self_route(h.node_id(a), dev.model.mem_bw_gbps if dev is not None else 0.0)
         p = self._layout(h).path(a, b)
         if p is None:
             raise NoRouteError(f"no route between {a} and {b} inside host {host!r}")
@@ -416,6 +413,11 @@ class Router:
             latency_us=sum(link.latency_us for link in links),
             loss_rate=1.0 - survive,
         )
+
+
+def _self_route(node: str, bandwidth: float) -> Route:
+    """A node to itself: no links; its bandwidth is the device's memory bandwidth."""
+    return Route(node, node, (node,), (), Level.SELF, "X", bandwidth, 0.0, 0.0)
 
 
 def _rank(links: Sequence[Link]) -> tuple[float, float, int]:

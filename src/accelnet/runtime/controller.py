@@ -114,7 +114,7 @@ class Controller:
                 placement=None,
             )  # fmt: skip
         for rec in self.store.jobs([JobState.PENDING]):
-            self._admit(rec.id, rec.spec, now)
+            self._admit(rec.id, now)
 
     # ----- public -------------------------------------------------------------------
     def submit(self, spec: JobSpec, payload: bytes | None = None, job_id: str | None = None) -> str:
@@ -130,7 +130,7 @@ class Controller:
         rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload)
         self.store.add(rec)
         self._keep(rec)
-        self._admit(jid, spec, now)
+        self._admit(jid, now)
         return jid
 
     def cancel(self, job_id: str) -> None:
@@ -186,7 +186,7 @@ class Controller:
         return self._keep(rec)
 
     # ----- scheduling ---------------------------------------------------------------
-    def _admit(self, jid: str, spec: JobSpec, now: float) -> None:
+    def _admit(self, jid: str, now: float) -> None:
         self._transition(jid, JobState.ADMITTED, now, "admitted")
         self._dirty = True
 
