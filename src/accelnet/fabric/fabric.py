@@ -36,6 +36,15 @@ def _check_name(what: str, name: str) -> None:
         raise FabricError(f"{what} name {name!r} must be non-empty, without '/' or edge spaces")
 
 
+def _has_node(hosts: Mapping[str, Host], switches: Mapping[str, Switch], node: str) -> bool:
+    """Whether ``node`` (``host/local`` or a switch name) is among ``hosts``/``switches``."""
+    host, sep, local = node.partition("/")
+    if sep:
+        h = hosts.get(host)
+        return h is not None and h.layout.has_node(local)
+    return node in switches
+
+
 class Fabric:
     """An immutable accelerator fabric. Build one with :class:`FabricBuilder`."""
 
@@ -162,11 +171,7 @@ class Fabric:
 
     def has_node(self, node: str) -> bool:
         """Whether ``node`` is a device or switch of this fabric."""
-        host, sep, local = node.partition("/")
-        if sep:
-            h = self._hosts_by_name.get(host)
-            return h is not None and h.layout.has_node(local)
-        return node in self._switches
+        return _has_node(self._hosts_by_name, self._switches, node)
 
     # ----- routes and domains -------------------------------------------------------
     @property
@@ -301,11 +306,7 @@ class FabricBuilder:
 
     def has_node(self, node: str) -> bool:
         """Whether ``node`` (global id) was added so far."""
-        host, sep, local = node.partition("/")
-        if sep:
-            h = self._host_names.get(host)
-            return h is not None and h.layout.has_node(local)
-        return node in self._switches
+        return _has_node(self._host_names, self._switches, node)
 
     def add_link(self, a: str, b: str, type: LinkType) -> Link:
         """Add an external link between two existing nodes (global ids)."""
