@@ -17,6 +17,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 
+from sortedcontainers import SortedList
+
 from accelnet.fabric import DomainLevel
 from accelnet.sched.topology import DEPTHS, Topology
 
@@ -36,11 +38,12 @@ class CapacityIndex:
     def __init__(self, topo: Topology, free: Mapping[str, float]) -> None:
         """``free``: free share (0..1] of every schedulable device; others are absent."""
         self.topo = topo
-        self.schedulable = frozenset(free)
+        self.schedulable = set(free)
         self.free: dict[str, int] = {}
         self.whole: dict[str, dict[str, int]] = {c: {} for c in topo.classes}
-        # buckets[cls][depth][(level, within)][count] = nodes with that many wholly free
-        self.buckets: dict[str, list[dict[BucketKey, dict[int, dict[str, None]]]]] = {
+        # buckets[cls][depth][(level, within)][count] = nodes with that many wholly free,
+        # as their fabric order (Topology.node_order), sorted: ties go to the first
+        self.buckets: dict[str, list[dict[BucketKey, dict[int, SortedList]]]] = {
             c: [{} for _ in range(DEPTHS)] for c in topo.classes
         }
         self.partial: dict[str, list[tuple[int, int, str]]] = {c: [] for c in topo.classes}
@@ -82,14 +85,16 @@ class CapacityIndex:
     ) -> str | None:
         """The node at ``depth`` (inside one ``within`` domain) with the fewest wholly free
         ``cls`` devices that are still >= ``k``."""
-        best: tuple[int, str] | None = None
+        best: tuple[int, int] | None = None
         for (_, levels), buckets in self.buckets[cls][depth].items():
             if within is not None and within not in levels:
                 continue
             for count in buckets:
                 if count >= k and (best is None or count < best[0]):
-                    best = (count, next(iter(buckets[count])))
-        return None if best is None else best[1]
+                    best = (count, buckets[count][0])
+                elif best is not None and count == best[0]:
+                    best = (count, min(best[1], buckets[count][0]))
+        return None if best is None else self.topo.node_list[best[1]]
 
     def first_fit(
         self, cls: str, depth: int, k: int, within: DomainLevel | None = None
@@ -104,14 +109,15 @@ class CapacityIndex:
 
     def largest(self, cls: str, level: DomainLevel) -> tuple[str | None, int]:
         """The ``level`` node with the most wholly free ``cls`` devices, and how many."""
-        best: tuple[str | None, int] = (None, 0)
+        best: tuple[int, int] = (-1, 0)  # (node order, count)
         for per_depth in self.buckets[cls]:
             for (lv, _), buckets in per_depth.items():
                 if lv is level and buckets:
                     top = max(buckets)
-                    if top > best[1]:
-                        best = (next(iter(buckets[top])), top)
-        return best
+                    first = buckets[top][0]
+                    if top > best[1] or (top == best[1] and first < best[0]):
+                        best = (first, top)
+        return (self.topo.node_list[best[0]] if best[1] else None), best[1]
 
     def best_partial(self, cls: str, share: float) -> str | None:
         """The partly used device of ``cls`` with the least room that is >= ``share``."""
@@ -156,6 +162,39 @@ class CapacityIndex:
         for d in devices:
             self.take(d, share)
 
+    def reset(self, dev: str, free_units: int, schedulable: bool) -> None:
+        """Set a device's free units and whether it is schedulable, outright: how a
+        long-lived index follows the fabric between decisions (not logged; never inside a
+        what-if question)."""
+        assert not self._log, "reset inside a what-if question"
+        if (dev in self.schedulable) != schedulable:
+            cls = self.topo.class_of[dev].key
+            if schedulable:
+                self.schedulable.add(dev)
+                self._unschedulable[cls] -= 1
+            else:
+                self.schedulable.discard(dev)
+                self._unschedulable[cls] = self._unschedulable.get(cls, 0) + 1
+        new = max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
+        self._set(dev, self.free.get(dev, 0), new)
+
+    def frozen(self) -> CapacityIndex:
+        """An independent copy for later reading (cheap when little is free)."""
+        twin = object.__new__(CapacityIndex)
+        twin.topo = self.topo
+        twin.schedulable = set(self.schedulable)
+        twin.free = dict(self.free)
+        twin.whole = {c: dict(counts) for c, counts in self.whole.items()}
+        twin.buckets = {
+            c: [{key: {n: b.copy() for n, b in per.items()} for key, per in depth.items()}
+                for depth in per_cls]
+            for c, per_cls in self.buckets.items()
+        }  # fmt: skip
+        twin.partial = {c: list(items) for c, items in self.partial.items()}
+        twin._log = []
+        twin._unschedulable = dict(self._unschedulable)
+        return twin
+
     # ----- internals ------------------------------------------------------------------
     def _set(self, dev: str, old: int, new: int) -> None:
         topo = self.topo
@@ -176,18 +215,24 @@ class CapacityIndex:
         delta = 1 if is_whole else -1
         counts = self.whole[cls]
         all_buckets = self.buckets[cls]
+        node_order = topo.node_order
         for node_id in topo.chain[dev]:
             node = topo.nodes[node_id]
+            pos = node_order[node_id]
             before = counts.get(node_id, 0)
             after = before + delta
             buckets = all_buckets[node.depth].setdefault((node.level, node.within), {})
             if before:
                 b = buckets[before]
-                del b[node_id]
+                b.remove(pos)
                 if not b:
                     del buckets[before]
             if after:
                 counts[node_id] = after
-                buckets.setdefault(after, {})[node_id] = None
+                found = buckets.get(after)
+                if found is None:
+                    buckets[after] = SortedList((pos,))
+                else:
+                    found.add(pos)
             else:
                 counts.pop(node_id, None)

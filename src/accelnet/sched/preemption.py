@@ -14,7 +14,7 @@ logarithmic check each, not a scan of every running job.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex
@@ -49,7 +49,7 @@ class PreemptionRule(ABC):
     name = "?"
 
     @abstractmethod
-    def start(self, running: Sequence[JobView]) -> VictimSearch | None:
+    def start(self, running: Collection[JobView]) -> VictimSearch | None:
         """A search over ``running`` (jobs holding devices) for this decision."""
 
 
@@ -58,13 +58,13 @@ class NoPreemption(PreemptionRule):
 
     name = "none"
 
-    def start(self, running: Sequence[JobView]) -> VictimSearch | None:
+    def start(self, running: Collection[JobView]) -> VictimSearch | None:
         """None: nothing to search."""
         return None
 
 
 class _PrioritySearch(VictimSearch):
-    def __init__(self, running: Sequence[JobView]) -> None:
+    def __init__(self, running: Collection[JobView]) -> None:
         self._order = sorted(
             (v for v in running if v.state is JobState.RUNNING and v.placement is not None),
             key=lambda v: (v.priority, not v.spec.checkpointable, -(v.started_at or 0.0), v.id),
@@ -170,7 +170,7 @@ class PriorityPreemption(PreemptionRule):
 
     name = "priority"
 
-    def start(self, running: Sequence[JobView]) -> VictimSearch | None:
+    def start(self, running: Collection[JobView]) -> VictimSearch | None:
         """A search over the RUNNING jobs, sorted once."""
         return _PrioritySearch(running)
 

@@ -9,23 +9,32 @@ preemption rule. The live controller and the simulator call the very same object
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from accelnet.fabric import Fabric
 from accelnet.fabric.catalog import find_device_model
-from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
 from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, explain
 from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, release
 from accelnet.sched.request import Rejection, Request, make_request, rejection
-from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Snapshot, Start
+from accelnet.sched.snapshot import (
+    Decision,
+    JobView,
+    Placement,
+    Preempt,
+    Snapshot,
+    Start,
+    Tenant,
+)
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
+_Usage = Mapping[str, Mapping[str, int]]
 
 
 class Scheduler:
@@ -82,10 +91,10 @@ class Scheduler:
             )
         return target
 
-    def _forget(self, queued: list[JobView]) -> None:
+    def _forget(self, queued: int, ids: Callable[[], Iterable[str]]) -> None:
         """Drop cached requests of jobs no longer queued (now and then, not every call)."""
-        if len(self._requests) > 2 * len(queued) + 1000:
-            keep = {j.id for j in queued}
+        if len(self._requests) > 2 * queued + 1000:
+            keep = set(ids())
             self._requests = {k: v for k, v in self._requests.items() if k in keep}
 
     def _request(self, job: JobView, topo: Topology) -> tuple[Rejection | None, Request]:
@@ -103,46 +112,69 @@ class Scheduler:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold
         (``running``: the jobs holding devices, if the caller has them already)."""
         topo = self.topology(snapshot.fabric)
-        free = {d: 1.0 for d, s in snapshot.devices.items() if s.schedulable() and d in topo.order}
+        order = topo.order
+        states = snapshot.devices.items()
+        free = {d: SHARE_UNITS for d, s in states if s.schedulable() and d in order}
         if running is None:
             running = [j for j in snapshot.jobs if j.state in _HOLDING and j.placement]
         for job in running:
             if job.placement is not None:
+                used = units(job.placement.share)
                 for d in job.placement.devices:
                     if d in free:
-                        free[d] = max(0.0, free[d] - job.placement.share)
-        return CapacityIndex(topo, free)
+                        free[d] = max(0, free[d] - used)
+        return CapacityIndex(topo, {d: u / SHARE_UNITS for d, u in free.items()})
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Starts, preemptions and reasons for ``snapshot``; no I/O, no clock."""
         topo = self.topology(snapshot.fabric)
         running = [j for j in snapshot.jobs if j.state in _HOLDING and j.placement]
-        index = self.capacity(snapshot, running)
-        usage = _usage(running)
+        queued = queued_jobs(snapshot)
+        ordered = self.ordering.order(snapshot, queued)
+        return self.walk(
+            Walk(
+                topo=topo,
+                tenants=snapshot.tenants,
+                index=self.capacity(snapshot, running),
+                running=running,
+                usage=usage_of(running),
+                held=[j for j in ordered if j.nominated],
+                ordered=ordered,
+                pending=[j.id for j in snapshot.jobs if j.state is JobState.PENDING],
+                queued=len(queued),
+                queued_ids=lambda: (j.id for j in queued),
+                time_shares=self.ordering.time_shares(snapshot),
+            )
+        )
+
+    def walk(self, w: Walk) -> Decision:
+        """The decision itself, on prepared state (:meth:`decide` prepares it from a
+        snapshot, the incremental :class:`~accelnet.sched.session.Session` keeps it).
+
+        Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back."""
+        topo, index, tenants, usage = w.topo, w.index, w.tenants, w.usage
         starts: list[Start] = []
         preemptions: list[Preempt] = []
         nominations: dict[str, tuple[str, ...]] = {}
-        waiting: dict[str, str] = {}
-        search = self.preemption.start(running)
-        queued = queued_jobs(snapshot)
+        waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
+        search = self.preemption.start(w.running)
         # devices promised to jobs by earlier preemptions are held for them alone
-        held = {j.id: _reserve(index, j.nominated) for j in queued if j.nominated}
-        waiting.update(
-            (j.id, "waiting for admission") for j in snapshot.jobs if j.state is JobState.PENDING
-        )
-        ordered = self.ordering.order(snapshot, queued)
+        held = {j.id: _reserve(index, j.nominated) for j in w.held}
         tail: list[JobView] = []
-        for pos, job in enumerate(ordered):
-            if not index.free and search is None and not held and not snapshot.tenants:
+        final = index
+        jobs = iter(w.ordered)
+        for job in jobs:
+            if not index.free and search is None and not held and not tenants:
                 # nothing is free and nothing can be freed: every later job waits; their
                 # reasons are written when read (a long queue stays cheap per decision)
-                tail = ordered[pos:]
+                tail = [job, *jobs]
+                final = index.frozen() if w.keep_index else index
                 break
             never, base = self._request(job, topo)
             if never is not None:
                 waiting[job.id] = f"can never run here: {never.message}"
                 continue
-            req, quota_note, over = _within_quota(job, base, snapshot, usage)
+            req, quota_note, over = _within_quota(job, base, tenants, usage)
             if quota_note is not None:
                 waiting[job.id] = quota_note
                 continue
@@ -172,14 +204,38 @@ class Scheduler:
                 continue
             nominations[job.id] = self._make_way(job, req, index, victims, reason, preemptions)
             waiting[job.id] = f"{reason}; preempting {', '.join(v.id for v in victims)}"
-        self._forget(queued)
+        self._forget(w.queued, w.queued_ids)
         return Decision(
             tuple(starts),
             tuple(preemptions),
-            _Reasons(waiting, tail, self._request, topo, index) if tail else waiting,
-            self.ordering.time_shares(snapshot),
+            _Reasons(waiting, tail, self._request, topo, final) if tail else waiting,
+            w.time_shares,
             nominations,
         )
+
+
+@dataclass
+class Walk:
+    """Everything one decision walks over, prepared (see :meth:`Scheduler.walk`).
+
+    ``usage``: tenant -> device model (and ``*``) -> share units held; ``held``: the queued
+    jobs with nominated devices, in queue order; ``ordered``: the queued jobs in the
+    ordering policy's order (any iterable: it is read once, as far as needed);
+    ``keep_index``: the caller keeps ``index`` after the decision, so lazy reasons read a
+    copy of it."""
+
+    topo: Topology
+    tenants: Mapping[str, Tenant]
+    index: CapacityIndex
+    running: Collection[JobView]
+    usage: dict[str, dict[str, int]]
+    held: Sequence[JobView]
+    ordered: Iterable[JobView]
+    pending: Iterable[str]
+    queued: int
+    queued_ids: Callable[[], Iterable[str]]
+    time_shares: Mapping[str, Mapping[str, float]] | None = None
+    keep_index: bool = False
 
 
 class _Reasons(Mapping[str, str]):
@@ -253,34 +309,40 @@ def _placement_after(
     return found.devices
 
 
-def _usage(running: list[JobView]) -> dict[str, dict[str, float]]:
-    usage: dict[str, dict[str, float]] = {}
+def usage_of(running: Iterable[JobView]) -> dict[str, dict[str, int]]:
+    """Share units held per tenant per device model (``*``: all models)."""
+    usage: dict[str, dict[str, int]] = {}
     for job in running:
         assert job.placement is not None
         _charge(usage, job.spec.tenant, job.placement)
     return usage
 
 
-def _charge(usage: dict[str, dict[str, float]], tenant: str, p: Placement) -> None:
+def _charge(usage: dict[str, dict[str, int]], tenant: str, p: Placement, sign: int = 1) -> None:
     per = usage.setdefault(tenant, {})
-    amount = len(p.devices) * p.share
-    per[p.model] = per.get(p.model, 0.0) + amount
-    per["*"] = per.get("*", 0.0) + amount
+    amount = sign * len(p.devices) * units(p.share)
+    per[p.model] = per.get(p.model, 0) + amount
+    per["*"] = per.get("*", 0) + amount
+
+
+def uncharge(usage: dict[str, dict[str, int]], tenant: str, p: Placement) -> None:
+    """Take a placement's share units off ``usage`` (a job stopped holding devices)."""
+    _charge(usage, tenant, p, -1)
 
 
 def _within_quota(
-    job: JobView, req: Request, snapshot: Snapshot, usage: Mapping[str, Mapping[str, float]]
+    job: JobView, req: Request, tenants: Mapping[str, Tenant], usage_units: _Usage
 ) -> tuple[Request, str | None, str]:
     """``req`` narrowed to the classes the tenant's quota still allows, or a reason; and a
     note naming the classes the quota took away (for the waiting reason)."""
-    if not snapshot.tenants:
+    if not tenants:
         return req, None, ""
-    tenant = snapshot.tenants.get(job.spec.tenant)
+    tenant = tenants.get(job.spec.tenant)
     if tenant is None:
         return req, f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)", ""
     if not tenant.quota:
         return req, None, ""
-    used = usage.get(job.spec.tenant, {})
+    used = {m: u / SHARE_UNITS for m, u in usage_units.get(job.spec.tenant, {}).items()}
     amount = req.count * req.share
     quota = _canonical_quota(tenant.quota)
     total = quota.get("*")

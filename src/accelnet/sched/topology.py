@@ -87,6 +87,10 @@ class Topology:
         self.chain: dict[str, tuple[str, ...]] = {}  # device -> node ids, tightest first
         self.children: dict[str, list[str]] = {}  # node -> child nodes, or devices
         self._build_tree()
+        # nodes in fabric order (that of their first device): ties between domains go to
+        # the first, whatever the history of the index that asks
+        self.node_list: tuple[str, ...] = tuple(self.nodes)
+        self.node_order: dict[str, int] = {n: i for i, n in enumerate(self.node_list)}
         self.nodes_at: dict[int, tuple[str, ...]] = {}
         for depth in range(DEPTHS):
             self.nodes_at[depth] = tuple(n.id for n in self.nodes.values() if n.depth == depth)

@@ -1,0 +1,190 @@
+"""The incremental scheduler: state kept up to date by events, decisions without rescans.
+
+:meth:`Scheduler.decide` derives everything from a :class:`Snapshot`: the free capacity
+from every device and every running job, the queue by filtering and sorting every job. A
+controller that decides after every event would pay for the whole queue each time. A
+:class:`Session` keeps the same state between decisions instead, changed by the events
+themselves (``put`` a job's new view, ``drop`` a finished one, ``set_device``):
+
+- the capacity index, updated device by device as jobs start and end and devices change
+  state;
+- the queue, sorted by the ordering policy's fixed key (:meth:`OrderingPolicy.key`), so a
+  decision reads it from the head and stops as soon as nothing more can start;
+- the jobs holding devices, each tenant's usage, the pending and the nominated jobs.
+
+``session.decide(now)`` gives exactly ``scheduler.decide(session.snapshot(now))`` (a
+property test holds them equal on random workloads); the session itself is unchanged by
+it. Policies without a fixed key fall back to ordering the queue for every decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sortedcontainers import SortedKeyList
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import Fabric
+from accelnet.sched.capacity import SHARE_UNITS, units
+from accelnet.sched.jobstate import JobState
+from accelnet.sched.ordering import OrderingPolicy
+from accelnet.sched.scheduler import Scheduler, Walk, uncharge, usage_of
+from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
+
+_HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
+
+
+class Session:
+    """A scheduler with its state kept between decisions (see the module docstring)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        fabric: Fabric,
+        devices: Mapping[str, DeviceState],
+        tenants: Mapping[str, Tenant] | None = None,
+    ) -> None:
+        """``devices``: every device's state (a device missing is not schedulable)."""
+        self.scheduler = scheduler
+        self.fabric = fabric
+        self.topo = scheduler.topology(fabric)
+        self.tenants: Mapping[str, Tenant] = MappingProxyType(dict(tenants or {}))
+        self._states: dict[str, DeviceState] = dict(devices)
+        self.index = scheduler.capacity(Snapshot(fabric, 0.0, self._states, ()))
+        self._used: dict[str, int] = {}  # device -> share units held by jobs
+        self._jobs: dict[str, JobView] = {}
+        self._holding: dict[str, JobView] = {}
+        self._pending: dict[str, None] = {}
+        self._nominated: dict[str, JobView] = {}
+        self._usage: dict[str, dict[str, int]] = {}
+        policy = scheduler.ordering
+        self._keyed = type(policy).key is not OrderingPolicy.key
+        self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
+        self._queued: dict[str, JobView] = {}  # for policies without a fixed key
+        self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
+
+    # ----- events ---------------------------------------------------------------------
+    def put(self, job: JobView) -> None:
+        """A job's current view (new, or changed state, placement or nomination)."""
+        self.drop(job.id)
+        self._jobs[job.id] = job
+        if job.state is JobState.PENDING:
+            self._pending[job.id] = None
+        elif job.state is JobState.ADMITTED:
+            if self._keyed:
+                self._queue.add(job)
+            else:
+                self._queued[job.id] = job
+            if job.nominated:
+                self._nominated[job.id] = job
+        elif job.state in _HOLDING and job.placement is not None:
+            self._holding[job.id] = job
+            self._hold(job, 1)
+
+    def drop(self, job_id: str) -> None:
+        """Forget a job (finished, or about to be put again)."""
+        old = self._jobs.pop(job_id, None)
+        if old is None:
+            return
+        self._pending.pop(job_id, None)
+        self._nominated.pop(job_id, None)
+        if old.state is JobState.ADMITTED:
+            if self._keyed:
+                self._queue.remove(old)
+            else:
+                del self._queued[job_id]
+        elif self._holding.pop(job_id, None) is not None:
+            self._hold(old, -1)
+
+    def set_device(self, dev: str, state: DeviceState) -> None:
+        """A device changed state (only schedulable devices take work)."""
+        self._states[dev] = state
+        if dev in self.topo.class_of:
+            self.index.reset(dev, SHARE_UNITS - self._used.get(dev, 0), state.schedulable())
+
+    def set_tenants(self, tenants: Mapping[str, Tenant]) -> None:
+        """Replace the tenants (an empty mapping: no tenant checks)."""
+        self.tenants = MappingProxyType(dict(tenants))
+
+    def _hold(self, job: JobView, sign: int) -> None:
+        placement = job.placement
+        assert placement is not None
+        share = sign * units(placement.share)
+        index, used, states = self.index, self._used, self._states
+        for dev in placement.devices:
+            now_used = used.get(dev, 0) + share
+            if now_used:
+                used[dev] = now_used
+            else:
+                used.pop(dev, None)
+            state = states.get(dev)
+            if dev in self.topo.class_of:
+                ok = state is not None and state.schedulable()
+                index.reset(dev, SHARE_UNITS - now_used, ok)
+        if sign > 0:
+            for tenant, per in usage_of([job]).items():
+                mine = self._usage.setdefault(tenant, {})
+                for model, amount in per.items():
+                    mine[model] = mine.get(model, 0) + amount
+        else:
+            uncharge(self._usage, job.spec.tenant, placement)
+
+    # ----- decisions ------------------------------------------------------------------
+    def jobs(self) -> Iterable[JobView]:
+        """Every job the session knows (pending, queued, holding devices)."""
+        return self._jobs.values()
+
+    def snapshot(self, now: float) -> Snapshot:
+        """The equivalent snapshot (what :meth:`Scheduler.decide` would be given)."""
+        return Snapshot(
+            self.fabric,
+            now,
+            MappingProxyType(dict(self._states)),
+            tuple(self._jobs.values()),
+            self.tenants,
+        )
+
+    def decide(self, now: float) -> Decision:
+        """The decision ``scheduler.decide(self.snapshot(now))`` would give, made from the
+        kept state: the queue is read from its head only as far as needed."""
+        scheduler = self.scheduler
+        snap: Snapshot | None = None
+        if self._keyed:
+            ordered: Iterable[JobView] = self._queue
+            key: Any = scheduler.ordering.key
+            held = sorted(self._nominated.values(), key=key)
+        else:
+            snap = self.snapshot(now)
+            ordered = scheduler.ordering.order(snap, list(self._queued.values()))
+            held = [j for j in ordered if j.nominated]
+        shares = None
+        if self._shares:
+            snap = snap or self.snapshot(now)
+            shares = scheduler.ordering.time_shares(snap)
+        index = self.index
+        mark = index.mark()
+        try:
+            return scheduler.walk(
+                Walk(
+                    topo=self.topo,
+                    tenants=self.tenants,
+                    index=index,
+                    running=self._holding.values(),
+                    usage={t: dict(per) for t, per in self._usage.items()},
+                    held=held,
+                    ordered=ordered,
+                    pending=list(self._pending),
+                    queued=len(self._queue) + len(self._queued),
+                    queued_ids=self._queued_ids,
+                    time_shares=shares,
+                    keep_index=True,
+                )
+            )
+        finally:
+            index.rollback(mark)
+
+    def _queued_ids(self) -> Iterable[str]:
+        yield from (j.id for j in self._queue)
+        yield from self._queued

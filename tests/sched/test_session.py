@@ -1,0 +1,187 @@
+"""The incremental scheduler (Session) decides exactly as the full rescan does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import Fabric
+from accelnet.sched import Decision, JobSpec, JobState, JobView, Scheduler, Snapshot, Tenant
+from accelnet.sched.ordering import OrderingPolicy
+from accelnet.sched.session import Session
+
+from .test_properties import ACCELERATORS, FABRICS, TOPOLOGY
+
+
+class LargestFirst(OrderingPolicy):
+    """A policy without a fixed key (the session falls back to ordering every time)."""
+
+    name = "largest-first"
+
+    def order(self, snapshot: Snapshot, queued: Sequence[JobView]) -> list[JobView]:
+        def size(j: JobView) -> float:
+            acc = j.spec.resources.accelerators
+            return -float(str(acc).rsplit(":", 1)[-1]) if ":" in str(acc) else 0.0
+
+        return sorted(queued, key=lambda j: (size(j), j.submitted_at, j.id))
+
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "fifo": {"ordering": "fifo"},
+    "fifo-first-fit": {"ordering": "fifo", "placement": "first-fit"},
+    "priority-preempt": {"ordering": "priority", "preemption": "priority", "aging_s": 50.0},
+    "unkeyed": {"ordering": LargestFirst()},
+}
+TENANTS = {
+    "none": {},
+    "quota": {
+        "a": Tenant("a", quota={"*": 6, "H100": 3}),
+        "b": Tenant("b", quota={"B200": 4, "T4": 1.5}),
+    },
+}
+STATES = [DeviceState.READY] * 4 + [
+    DeviceState.ALLOCATED,
+    DeviceState.DRAINING,
+    DeviceState.UNHEALTHY,
+]
+
+
+def same(a: Decision, b: Decision) -> None:
+    assert a.starts == b.starts
+    assert a.preemptions == b.preemptions
+    assert dict(a.nominations) == dict(b.nominations)
+    assert dict(a.waiting) == dict(b.waiting)
+    assert a.time_shares == b.time_shares
+
+
+def spec(name: str, acc: str, topo: str | None, prio: int, tenant: str, ckpt: bool) -> JobSpec:
+    body: dict[str, Any] = {"name": name, "run": "x", "priority": prio, "tenant": tenant,
+                            "checkpointable": ckpt, "resources": {"accelerators": acc}}  # fmt: skip
+    if topo:
+        body["topology"] = {"required": topo}
+    return JobSpec.model_validate(body)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    fabric_name=st.sampled_from(sorted(FABRICS)),
+    config=st.sampled_from(sorted(CONFIGS)),
+    tenants=st.sampled_from(sorted(TENANTS)),
+)
+def test_session_decides_as_the_full_rescan(
+    data: st.DataObject, fabric_name: str, config: str, tenants: str
+) -> None:
+    fabric: Fabric = FABRICS[fabric_name]
+    full = Scheduler(**CONFIGS[config])
+    incremental = Scheduler(**CONFIGS[config])
+    devices = dict.fromkeys(fabric.devices, DeviceState.READY)
+    jobs: dict[str, JobView] = {}  # the model: what the full rescan is given
+    session = Session(incremental, fabric, devices, TENANTS[tenants])
+    now = 0.0
+
+    def put(view: JobView) -> None:
+        jobs[view.id] = view
+        session.put(view)
+
+    for step in range(data.draw(st.integers(5, 40), label="steps")):
+        now += data.draw(st.sampled_from([0.0, 1.0, 7.5]))
+        op = data.draw(st.sampled_from(["submit"] * 4 + ["decide"] * 3 + ["end", "device"]))
+        if op == "submit":
+            for _ in range(data.draw(st.integers(1, 6))):
+                jid = f"j{len(jobs)}-{step}"
+                s = spec(
+                    jid,
+                    data.draw(st.sampled_from(ACCELERATORS)),
+                    data.draw(st.sampled_from(TOPOLOGY)),
+                    data.draw(st.integers(0, 3)),
+                    data.draw(st.sampled_from(["a", "b", "c"])),
+                    data.draw(st.booleans()),
+                )
+                state = data.draw(st.sampled_from([JobState.ADMITTED] * 5 + [JobState.PENDING]))
+                put(JobView(jid, s, state, now))
+        elif op == "device":
+            dev = data.draw(st.sampled_from(sorted(fabric.devices)))
+            devices[dev] = data.draw(st.sampled_from(STATES))
+            session.set_device(dev, devices[dev])
+        elif op == "end":
+            holding = sorted(j for j, v in jobs.items() if v.placement is not None)
+            if not holding:
+                continue
+            jid = data.draw(st.sampled_from(holding))
+            if data.draw(st.booleans()):
+                del jobs[jid]
+                session.drop(jid)
+            else:  # requeued
+                put(replace(jobs[jid], state=JobState.ADMITTED, placement=None, nominated=()))
+        snap = Snapshot(fabric, now, dict(devices), tuple(jobs.values()), TENANTS[tenants])
+        got = session.decide(now)
+        same(got, full.decide(snap))
+        if op != "decide":
+            continue
+        for s in got.starts:
+            put(replace(jobs[s.job], state=JobState.STARTING, placement=s.placement,
+                        nominated=(), attempts=jobs[s.job].attempts + 1))  # fmt: skip
+        for p in got.preemptions:
+            put(replace(jobs[p.job], state=JobState.PREEMPTING))
+        for jid, nominated in got.nominations.items():
+            if jobs[jid].state is JobState.ADMITTED:
+                put(replace(jobs[jid], nominated=nominated))
+        for v in list(jobs.values()):
+            if v.state is JobState.STARTING:
+                put(replace(v, state=JobState.RUNNING, started_at=now))
+            elif v.state is JobState.PENDING:
+                put(replace(v, state=JobState.ADMITTED))
+
+
+def test_a_decision_leaves_the_session_unchanged() -> None:
+    fabric = FABRICS["mixed-lab"]
+    session = Session(Scheduler(), fabric, dict.fromkeys(fabric.devices, DeviceState.READY))
+    for i in range(50):
+        session.put(JobView(f"j{i}", spec(f"j{i}", "any:1", None, 0, "a", False),
+                            JobState.ADMITTED, float(i)))  # fmt: skip
+    free = dict(session.index.free)
+    first = session.decide(1.0)
+    assert first.starts and dict(session.index.free) == free
+    same(session.decide(1.0), first)
+
+
+def test_reasons_of_a_full_fabric_stay_those_of_the_decision() -> None:
+    """Waiting reasons of the queue's tail are written when read: reading them after the
+    session changed still gives the reasons of the decision they came from."""
+    fabric = FABRICS["mixed-lab"]
+    session = Session(Scheduler(), fabric, dict.fromkeys(fabric.devices, DeviceState.READY))
+    n = len(fabric.devices)
+    views = [JobView(f"j{i}", spec(f"j{i}", "any:1", None, 0, "a", False),
+                     JobState.ADMITTED, float(i)) for i in range(n + 5)]  # fmt: skip
+    for v in views:
+        session.put(v)
+    decision = session.decide(1.0)
+    assert len(decision.starts) == n
+    for s in decision.starts:
+        session.put(replace(views[int(s.job[1:])], state=JobState.RUNNING, placement=s.placement))
+    later = session.decide(2.0)
+    then = Scheduler().decide(session.snapshot(2.0))
+    assert later.starts == ()
+    for s in decision.starts:  # free everything again before reading the reasons
+        session.drop(s.job)
+    assert dict(later.waiting) == dict(then.waiting)
+    assert later.waiting[views[-1].id].startswith("needs 1 x H100-SXM; 0 of 8 free; or")
+    assert session.decide(3.0).starts
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_the_session_snapshot_is_what_it_decides_on(config: str) -> None:
+    fabric = FABRICS["nvl72"]
+    sched = Scheduler(**CONFIGS[config])
+    session = Session(sched, fabric, dict.fromkeys(fabric.devices, DeviceState.READY))
+    for i in range(10):
+        session.put(JobView(f"j{i}", spec(f"j{i}", "any:8", None, i % 3, "a", False),
+                            JobState.ADMITTED, float(i)))  # fmt: skip
+    same(session.decide(5.0), Scheduler(**CONFIGS[config]).decide(session.snapshot(5.0)))
