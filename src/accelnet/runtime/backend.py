@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 
@@ -23,7 +24,9 @@ class TaskSpec:
     of the accelnet variables (``ACCELNET_JOB``, ``ACCELNET_TASK``, ``ACCELNET_RANK``,
     ``ACCELNET_WORLD_SIZE``, ``ACCELNET_DEVICE``, ``ACCELNET_DEVICES`` and, for NVIDIA
     GPUs, ``CUDA_VISIBLE_DEVICES``), which the backend sets. stdout and stderr go to
-    ``<log_dir>/<task_id>.out`` and ``.err``.
+    ``<log_dir>/<task_id>.out`` and ``.err`` once the task ends; a stream the task wrote
+    nothing to may have no file (read as empty). A backend that is
+    :class:`SupportsLiveLogs` says where the output of a running task is meanwhile.
     """
 
     task_id: str
@@ -87,3 +90,12 @@ class SupportsRefresh(ABC):
     @abstractmethod
     def refresh(self, device: str) -> tuple[bool, str]:
         """Recycle the device's worker and clean its scratch space; (ok, detail)."""
+
+
+class SupportsLiveLogs(ABC):
+    """Capability: the output of a task while it runs."""
+
+    @abstractmethod
+    def live_log(self, task_id: str, stream: str) -> Path | None:
+        """The file holding running ``task_id``'s ``stream`` (``out``/``err``) so far, or
+        None if the task is not running."""

@@ -24,12 +24,20 @@ import cloudpickle
 from accelnet.devices import DEVICE_TRANSITIONS, Device, DeviceState, allocate, release
 from accelnet.devices import refreshed as refresh_done
 from accelnet.fabric import Fabric
-from accelnet.runtime.backend import Backend, SupportsRefresh, TaskEvent, TaskEventKind, TaskSpec
+from accelnet.runtime.backend import (
+    Backend,
+    SupportsLiveLogs,
+    SupportsRefresh,
+    TaskEvent,
+    TaskEventKind,
+    TaskSpec,
+)
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord, Store
-from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Snapshot, Tenant
+from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
+from accelnet.sched.session import Session
 from accelnet.statemachine import Tracked
 
 _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
@@ -86,7 +94,8 @@ class Controller:
         # live jobs (queued or holding devices), kept in step with the store: the store is
         # written through on every change and read only at start-up
         self._live: dict[str, JobRecord] = {}
-        self._view_of: dict[str, JobView] = {}  # the live jobs as the scheduler sees them
+        # the scheduler's state, kept by the events themselves (no rescan per decision)
+        self.session = Session(self.scheduler, fabric, {}, self.tenants)
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
         self._recover()
 
@@ -99,13 +108,13 @@ class Controller:
         for dev in self.fabric.devices:
             state = known.get(dev)
             if state is None:
-                self._devices[dev] = Tracked(DeviceState.UNKNOWN)
+                self._track(dev, Tracked(DeviceState.UNKNOWN))
                 self._set_device(dev, DeviceState.READY, now, "discovered")
             elif state in (DeviceState.ALLOCATED, DeviceState.DRAINING, DeviceState.REFRESHING):
-                self._devices[dev] = Tracked(DeviceState.REFRESHING)
+                self._track(dev, Tracked(DeviceState.REFRESHING))
                 self._refresh(dev)
             else:
-                self._devices[dev] = Tracked(state)
+                self._track(dev, Tracked(state))
         for rec in self.store.jobs(_LIVE):
             self._keep(rec)
         for rec in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING]):
@@ -169,9 +178,9 @@ class Controller:
         self._dirty = True
 
     def _keep(self, rec: JobRecord) -> JobRecord:
-        """Track a live job and the scheduler's view of it (made once per change)."""
+        """Track a live job and give the scheduler its view (made once per change)."""
         self._live[rec.id] = rec
-        self._view_of[rec.id] = rec.view()
+        self.session.put(rec.view())
         return rec
 
     def _transition(
@@ -181,7 +190,7 @@ class Controller:
         rec = self.store.transition(jid, to, at, cause, **changes)
         if to.is_finished():
             self._live.pop(jid, None)
-            self._view_of.pop(jid, None)
+            self.session.drop(jid)
             return rec
         return self._keep(rec)
 
@@ -192,12 +201,9 @@ class Controller:
 
     def _schedule(self) -> None:
         now = self.clock.now()
-        live = list(self._live.values())
-        states = {d: t.state for d, t in self._devices.items()}
-        snap = Snapshot(self.fabric, now, states, tuple(self._view_of.values()), self.tenants)
-        decision = self.scheduler.decide(snap)
+        decision = self.session.decide(now)
         self.waiting = decision.waiting
-        by_id = {j.id: j for j in live}
+        by_id = self._live
         for p in decision.preemptions:
             self._stop(p.job, f"preempted: {p.reason}")
             self._transition(p.job, JobState.PREEMPTING, now, p.reason)
@@ -210,7 +216,7 @@ class Controller:
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
         for dev in placement.devices:
             self._holders.setdefault(dev, set()).add(rec.id)
-            self._devices[dev] = allocate(self._devices[dev], dev, now, rec.id)
+            self._track(dev, allocate(self._devices[dev], dev, now, rec.id))
             self.store.set_device(dev, DeviceState.ALLOCATED, now, f"allocated to {rec.id}")
         attempt = rec.attempts + 1
         self._transition(
@@ -313,8 +319,13 @@ class Controller:
         self._dirty = True
 
     # ----- devices ------------------------------------------------------------------
+    def _track(self, dev: str, rec: Tracked[DeviceState]) -> None:
+        """A device's new state, for the controller and the scheduler's session."""
+        self._devices[dev] = rec
+        self.session.set_device(dev, rec.state)
+
     def _set_device(self, dev: str, state: DeviceState, at: float, cause: str) -> None:
-        self._devices[dev] = self._devices[dev].to(DEVICE_TRANSITIONS, dev, state, at, cause)
+        self._track(dev, self._devices[dev].to(DEVICE_TRANSITIONS, dev, state, at, cause))
         self.store.set_device(dev, state, at, cause)
 
     def _release(self, jid: str, placement: Placement, now: float) -> None:
@@ -324,7 +335,7 @@ class Controller:
             if holders:
                 continue  # another job still holds a share of it
             rec = release(self._devices[dev], dev, now, jid)
-            self._devices[dev] = rec
+            self._track(dev, rec)
             self.store.set_device(dev, rec.state, now, f"{jid} released it")
             if rec.state is DeviceState.REFRESHING:
                 self._refresh(dev)
@@ -335,8 +346,19 @@ class Controller:
             ok, detail = self.backend.refresh(dev)
         now = self.clock.now()
         rec = refresh_done(self._devices[dev], dev, now, ok, detail)
-        self._devices[dev] = rec
+        self._track(dev, rec)
         self.store.set_device(dev, rec.state, now, detail)
+
+    def log_path(self, job_id: str, attempt: int, rank: int, stream: str) -> Path:
+        """Where a task's ``stream`` (``out``/``err``) is: its log file once it has ended or,
+        while it runs on a backend that can say, the file it is being written to."""
+        task_id = f"{job_id}.{attempt}.{rank}"
+        final = self.log_dir / f"{task_id}.{stream}"
+        if isinstance(self.backend, SupportsLiveLogs) and not final.exists():
+            live = self.backend.live_log(task_id, stream)
+            if live is not None:
+                return live
+        return final
 
     def device_states(self) -> dict[str, DeviceState]:
         """Every device's current state."""

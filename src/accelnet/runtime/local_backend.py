@@ -36,9 +36,16 @@ import cloudpickle
 
 from accelnet.fabric.model import Device
 from accelnet.runtime import worker as _worker
-from accelnet.runtime.backend import Backend, SupportsRefresh, TaskEvent, TaskEventKind, TaskSpec
+from accelnet.runtime.backend import (
+    Backend,
+    SupportsLiveLogs,
+    SupportsRefresh,
+    TaskEvent,
+    TaskEventKind,
+    TaskSpec,
+)
 from accelnet.runtime.clock import Clock
-from accelnet.runtime.taskenv import device_env, device_path, task_env
+from accelnet.runtime.taskenv import device_env, device_path, task_env_delta
 
 Recycle = Literal["always", "after-python", "never"]
 RECYCLE_POLICIES: tuple[Recycle, ...] = ("always", "after-python", "never")
@@ -64,9 +71,10 @@ class _Worker:
     task: _Task | None = None
     pong: int = -1
     dead: bool = False
+    sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
 
 
-class LocalBackend(Backend, SupportsRefresh):
+class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
     """Runs tasks as local processes, one worker process per device.
 
     ``devices`` maps device ids to devices (e.g. ``fabric.devices``); ``workdir`` holds the
@@ -109,6 +117,7 @@ class LocalBackend(Backend, SupportsRefresh):
         self._python_ran: set[str] = set()  # devices with a payload since their last refresh
         self._ever_started: set[str] = set()
         self._events: list[TaskEvent] = []
+        self._log_dirs: dict[str, str] = {}  # a task's log_dir -> resolved
         self._ping_token = 0
         self._closed = False
         self._wake_lock = threading.Lock()  # wakeup() may come from any thread
@@ -147,18 +156,18 @@ class LocalBackend(Backend, SupportsRefresh):
                 f"device {device.id} is busy with task {w.task.spec.task_id}; "
                 f"cannot launch {task.task_id}"
             )
-        log_dir = Path(task.log_dir).resolve()
         req: dict[str, Any] = {
             "task_id": task.task_id,
             "command": task.command,
             "payload": None,
             "payload_path": None,
-            "env": task_env(os.environ, task, device, self._scratch(device), self._emulated),
-            "out": str(log_dir / f"{task.task_id}.out"),
-            "err": str(log_dir / f"{task.task_id}.err"),
+            # the worker has the parent's environment and the device's from its start
+            "env": task_env_delta(task),
+            "out": self._log_path(task, "out"),
+            "err": self._log_path(task, "err"),
             "timeout_s": task.timeout_s,
             "grace_s": self._kill_grace_s,
-            "sys_path": list(sys.path),
+            "sys_path": None,
         }
         try:
             if task.payload is not None:
@@ -178,6 +187,8 @@ class LocalBackend(Backend, SupportsRefresh):
         if w.dead:
             self._emit(task.task_id, TaskEventKind.FAILED, error="the worker died at start")
             return
+        if task.payload is not None and w.sys_path != sys.path:
+            w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
         w.task = _Task(task)
         self._tasks[task.task_id] = device.id
         self._send(w, ("run", req))
@@ -200,8 +211,8 @@ class LocalBackend(Backend, SupportsRefresh):
         if w.dead or w.task is None or w.task.spec.task_id != task_id:
             return
         if w.task.spec.payload is not None:
+            self._kill(w)  # first: its output is kept while it still has the task
             self._finish(w, TaskEventKind.CANCELLED, error="cancelled")
-            self._kill(w)
         else:
             self._send(w, ("cancel", task_id))
 
@@ -329,6 +340,12 @@ class LocalBackend(Backend, SupportsRefresh):
             if not self._closed:
                 os.write(self._wake_w, b"!")
 
+    def live_log(self, task_id: str, stream: str) -> Path | None:
+        """Where a running task's output is until it ends (its worker's spool); None if the
+        task is not running. See :class:`SupportsLiveLogs`."""
+        device = self._tasks.get(task_id)
+        return None if device is None else Path(f"{self._spool(device)}.{stream}")
+
     def worker_pid(self, device: str) -> int | None:
         """The pid of ``device``'s worker if one is running (diagnostics, tests)."""
         w = self._workers.get(device)
@@ -371,7 +388,7 @@ class LocalBackend(Backend, SupportsRefresh):
         w = _Worker(device.id, proc, Connection(ours.detach()), log)
         self._workers[device.id] = w
         self._ever_started.add(device.id)
-        self._send(w, ("init", {"parent_pid": os.getpid()}))
+        self._send(w, ("init", {"parent_pid": os.getpid(), "spool": str(self._spool(device.id))}))
         return w
 
     def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
@@ -401,7 +418,17 @@ class LocalBackend(Backend, SupportsRefresh):
         with contextlib.suppress(subprocess.TimeoutExpired):
             code = w.proc.wait(_REAP_TIMEOUT_S)
         w.conn.close()
+        if w.task is not None:  # it died with a task: keep what the task wrote
+            self._salvage(w.device, w.task.spec)
         return code
+
+    def _salvage(self, device: str, spec: TaskSpec) -> None:
+        spool = self._spool(device)
+        for stream in _worker.STREAMS:
+            path = f"{spool}.{stream}"
+            with contextlib.suppress(OSError):
+                if os.path.getsize(path) > 0:
+                    _worker.move_log(path, self._log_path(spec, stream))
 
     def _on_death(self, w: _Worker) -> None:
         """The worker is gone (EOF, broken pipe or exited): its task is LOST."""
@@ -447,8 +474,8 @@ class LocalBackend(Backend, SupportsRefresh):
                 self._on_death(w)
             elif w.task is not None and w.task.deadline is not None and w.task.deadline <= now:
                 timeout = w.task.spec.timeout_s
-                self._finish(w, TaskEventKind.FAILED, error=f"timed out after {timeout:g} s")
                 self._kill(w)
+                self._finish(w, TaskEventKind.FAILED, error=f"timed out after {timeout:g} s")
 
     def _drain(self, w: _Worker) -> None:
         """Handle the messages ``w`` has sent, without blocking for more."""
@@ -514,6 +541,15 @@ class LocalBackend(Backend, SupportsRefresh):
 
     def _scratch(self, device: Device) -> Path:
         return self._workdir / "scratch" / device_path(device.id)
+
+    def _spool(self, device: str) -> Path:
+        return self._workdir / "workers" / f"{device_path(device)}.spool"
+
+    def _log_path(self, spec: TaskSpec, stream: str) -> str:
+        log_dir = self._log_dirs.get(spec.log_dir)
+        if log_dir is None:
+            log_dir = self._log_dirs[spec.log_dir] = str(Path(spec.log_dir).resolve())
+        return f"{log_dir}/{spec.task_id}.{stream}"
 
     @staticmethod
     def _log_tail(w: _Worker) -> str:

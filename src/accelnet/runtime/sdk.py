@@ -65,10 +65,20 @@ class Job:
         self.cluster.cancel(self.id)
 
     def logs(self, rank: int = 0, stream: str = "out") -> str:
-        """The rank's stdout (``out``) or stderr (``err``) of the job's last attempt."""
+        """The rank's stdout (``out``) or stderr (``err``) of the job's last attempt (so far,
+        while it runs)."""
+        if stream not in ("out", "err"):
+            raise ValueError(f"stream must be 'out' or 'err', got {stream!r}")
         rec = self.record
-        path = self.cluster.controller.log_dir / f"{self.id}.{rec.attempts}.{rank}.{stream}"
-        return path.read_text(errors="replace") if path.exists() else ""
+        controller = self.cluster.controller
+        for _ in range(2):  # a task that ends meanwhile moves its output to its log file
+            with self.cluster._lock:
+                path = controller.log_path(self.id, rec.attempts, rank, stream)
+            try:
+                return path.read_text(errors="replace")
+            except FileNotFoundError:
+                continue
+        return ""
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, {self.state.value})"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 from accelnet.fabric.model import Device, DeviceKind
@@ -44,18 +43,16 @@ def device_env(device: Device, scratch: Path, emulated: bool) -> dict[str, str]:
     }
 
 
-def task_env(
-    base: Mapping[str, str], task: TaskSpec, device: Device, scratch: Path, emulated: bool
-) -> dict[str, str]:
-    """``base`` (the parent's environment), the accelnet variables, then ``task.env``."""
-    env = dict(base)
-    env.update(device_env(device, scratch, emulated))
-    env.update(
-        ACCELNET_JOB=task.job_id,
-        ACCELNET_TASK=task.task_id,
-        ACCELNET_RANK=str(task.rank),
-        ACCELNET_WORLD_SIZE=str(task.world),
-        ACCELNET_DEVICES=",".join(task.devices),
-    )
+def task_env_delta(task: TaskSpec) -> dict[str, str]:
+    """What a task's environment adds to its worker's (which has the parent's environment
+    and :func:`device_env` from its start): the task's accelnet variables, then
+    ``task.env``."""
+    env = {
+        "ACCELNET_JOB": task.job_id,
+        "ACCELNET_TASK": task.task_id,
+        "ACCELNET_RANK": str(task.rank),
+        "ACCELNET_WORLD_SIZE": str(task.world),
+        "ACCELNET_DEVICES": ",".join(task.devices),
+    }
     env.update(task.env)
     return env

@@ -8,13 +8,26 @@ a :class:`multiprocessing.connection.Connection` on ``fd`` and runs one task at 
   ``cancel``, on a timeout and, for stragglers left in the background, when the shell exits;
 - a *payload* (``cloudpickle.dumps((fn, args, kwargs))``) runs in this process, with fds 1
   and 2 pointed at the task's logs and ``os.environ`` set to the task's for the duration.
+
+A request's ``env`` holds what the task adds to the worker's own environment (the
+parent's, with the device's variables, from the worker's start); its ``sys_path`` is sent
+only when it changed (``None``: as before).
+
+A task's stdout and stderr first go to the worker's *spool* files (``<spool>.out`` and
+``.err``, opened once and reused); when the task ends, a spool a task wrote to is moved to
+the task's log file (``out`` / ``err`` of the request) before the parent hears of the end,
+and a new spool is made. A task that writes nothing costs no file at all: creating files
+is the slowest thing a trivial task would do (on a busy disk a create can take a
+millisecond). While a task runs, its output so far is in the spool; if the worker dies, the
+parent moves the spools itself.
   The parent enforces payload timeouts and cancels by killing this process's group.
 
 The worker exits when its parent closes the connection and, while a payload keeps the main
 thread busy, when a watchdog thread sees that its parent has died; either way it kills the
 running command's process group first, so a SIGKILLed controller leaves no orphans.
 
-Messages are tuples. Parent to worker: ``("init", {"parent_pid": int})`` first, then
+Messages are tuples. Parent to worker: ``("init", {"parent_pid": int, "spool": str})`` first,
+then
 ``("run", request)``, ``("cancel", task_id)``, ``("ping", token)``, ``("exit",)``. Worker to
 parent: ``("started", task_id, pid, monotonic_time)``, ``("done", task_id, kind,
 exit_code, error, result)`` with ``kind`` one of :data:`DONE_KINDS`, ``("pong", token)``.
@@ -27,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,9 +49,10 @@ import time
 import traceback
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
-from typing import IO, Any
+from typing import Any
 
 DONE_KINDS = ("succeeded", "failed", "cancelled")
+STREAMS = ("out", "err")
 PARENT_CHECK_S = 0.25  # how often the watchdog looks for its parent
 ERROR_LINES = 6  # lines of a traceback (or of a command's stderr) kept in an event's error
 _NO_PIDFD_POLL_S = 0.01  # exit polling period where os.pidfd_open is missing
@@ -123,9 +138,12 @@ class _Child:
 class Worker:
     """The serving loop of one worker process (see the module docstring)."""
 
-    def __init__(self, conn: Connection, parent_pid: int) -> None:
+    def __init__(self, conn: Connection, parent_pid: int, spool: str) -> None:
         self.conn = conn
         self.parent_pid = parent_pid
+        self.base_env = dict(os.environ)  # what every task's environment starts from
+        self.spool = {stream: f"{spool}.{stream}" for stream in STREAMS}
+        self.fds: dict[str, int] = {}  # open spool files
         self.child: _Child | None = None
         self.exiting = False
 
@@ -176,25 +194,43 @@ class Worker:
     def _run(self, req: dict[str, Any]) -> None:
         task_id: str = req["task_id"]
         try:
-            os.makedirs(os.path.dirname(req["out"]) or ".", exist_ok=True)
-            with contextlib.ExitStack() as stack:
-                out = stack.enter_context(open(req["out"], "ab"))
-                err = stack.enter_context(open(req["err"], "ab"))
-                if req["command"] is not None:
-                    self._run_command(req, out, err)
-                else:
-                    self._run_payload(req, out, err)
-        except OSError as e:
-            self._done(task_id, "failed", error=f"cannot start the task: {e}")
+            out, err = self._spool_fd("out"), self._spool_fd("err")
+            if req["command"] is not None:
+                self._run_command(req, out, err)
+            else:
+                self._run_payload(req, out, err)
+        except OSError as e:  # before the task started: no spool, or no shell
+            self._finish(req, "failed", error=f"cannot start the task {task_id}: {e}")
 
-    def _run_command(self, req: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> None:
+    def _spool_fd(self, stream: str) -> int:
+        fd = self.fds.get(stream)
+        if fd is None:
+            flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+            fd = self.fds[stream] = os.open(self.spool[stream], flags, 0o644)
+        return fd
+
+    def _keep_output(self, req: dict[str, Any]) -> str | None:
+        """Move what the task wrote to its log files; an error text if that failed."""
+        for stream in STREAMS:
+            fd = self.fds.get(stream)
+            if fd is None or os.fstat(fd).st_size == 0:
+                continue
+            os.close(fd)
+            del self.fds[stream]
+            try:
+                move_log(self.spool[stream], req[stream])
+            except OSError as e:
+                return f"could not keep the task's {stream} log: {e}"
+        return None
+
+    def _run_command(self, req: dict[str, Any], out: int, err: int) -> None:
         task_id: str = req["task_id"]
         proc = subprocess.Popen(
             ["/bin/sh", "-c", req["command"]],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
-            env=req["env"],
+            env={**self.base_env, **req["env"]},
             start_new_session=True,
         )
         child = self.child = _Child(proc)
@@ -210,7 +246,7 @@ class Worker:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         code = child.kill(grace)
-                        self._done(task_id, "failed", code, f"timed out after {timeout:g} s")
+                        self._finish(req, "failed", code, f"timed out after {timeout:g} s")
                         return
                     wait_s = min(wait_s, left)
                 watched: list[Any] = [self.conn]
@@ -225,21 +261,22 @@ class Worker:
                         return
                     if self._dispatch(msg, task_id):
                         code = child.kill(grace)
-                        self._done(task_id, "cancelled", code, "cancelled")
+                        self._finish(req, "cancelled", code, "cancelled")
                         return
             code = child.reap()
         finally:
             self.child = None
         if code == 0:
-            self._done(task_id, "succeeded", 0)
+            self._finish(req, "succeeded", 0)
         else:
-            stderr = tail(req["err"])
+            stderr = tail(self.spool["err"])
             detail = describe_exit(code) + (f"; stderr ends:\n{stderr}" if stderr else "")
-            self._done(task_id, "failed", code, detail)
+            self._finish(req, "failed", code, detail)
 
-    def _run_payload(self, req: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> None:
+    def _run_payload(self, req: dict[str, Any], out: int, err: int) -> None:
         task_id: str = req["task_id"]
-        sys.path[:] = req["sys_path"]
+        if req["sys_path"] is not None:
+            sys.path[:] = req["sys_path"]
         try:
             import cloudpickle  # noqa: PLC0415 (only payload tasks pay for it)
 
@@ -250,12 +287,12 @@ class Worker:
                 os.unlink(req["payload_path"])
             fn, args, kwargs = cloudpickle.loads(data)
         except BaseException as e:
-            err.write(traceback.format_exc().encode())
-            self._done(task_id, "failed", error=f"the payload could not be unpickled: {e!r}")
+            os.write(err, traceback.format_exc().encode())
+            self._finish(req, "failed", error=f"the payload could not be unpickled: {e!r}")
             return
         self.conn.send(("started", task_id, os.getpid(), time.monotonic()))
         kind, code, error, result = "failed", None, None, None
-        with _redirected(out, err, req["env"]):
+        with _redirected(out, err, self.base_env, req["env"]):
             try:
                 value = fn(*args, **kwargs)
             except SystemExit as e:  # sys.exit() in a function: judge it as a process's exit
@@ -273,18 +310,43 @@ class Worker:
                 except BaseException as e:
                     sys.stderr.write(traceback.format_exc())
                     error = f"the return value could not be pickled: {e!r}"
-        self._done(task_id, kind, code, error, result)
+        self._finish(req, kind, code, error, result)
+
+    def _finish(
+        self,
+        req: dict[str, Any],
+        kind: str,
+        exit_code: int | None = None,
+        error: str | None = None,
+        result: bytes | None = None,
+    ) -> None:
+        """Keep the task's output, then report its end."""
+        failed = self._keep_output(req)
+        if failed is not None:
+            error = f"{error}; {failed}" if error else failed
+        self._done(req["task_id"], kind, exit_code, error, result)
+
+
+def move_log(spool: str, dest: str) -> None:
+    """Move a spool file to a task's log path (copied across file systems)."""
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    try:
+        os.replace(spool, dest)
+    except OSError:
+        shutil.copyfile(spool, dest)
+        os.unlink(spool)
 
 
 @contextlib.contextmanager
-def _redirected(out: IO[bytes], err: IO[bytes], env: dict[str, str]) -> Iterator[None]:
-    """fds 1 and 2 to the logs, the task's environment; everything restored afterwards."""
-    streams, cwd, saved_env = (sys.stdout, sys.stderr), os.getcwd(), dict(os.environ)
+def _redirected(out: int, err: int, base: dict[str, str], env: dict[str, str]) -> Iterator[None]:
+    """fds 1 and 2 to the logs, the task's environment (``base`` and ``env``); everything
+    restored afterwards (the environment to ``base``)."""
+    streams, cwd = (sys.stdout, sys.stderr), os.getcwd()
     _flush()
     saved = os.dup(1), os.dup(2)
-    os.dup2(out.fileno(), 1)
-    os.dup2(err.fileno(), 2)
-    os.environ.clear()
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    before = _environ_data()  # the worker's own environment (``base``)
     os.environ.update(env)
     try:
         yield
@@ -296,10 +358,30 @@ def _redirected(out: IO[bytes], err: IO[bytes], env: dict[str, str]) -> Iterator
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
-        os.environ.clear()
-        os.environ.update(saved_env)
+        for key in env:
+            if key in base:
+                os.environ[key] = base[key]
+            else:
+                os.environ.pop(key, None)
+        if _environ_data() != before:  # the task changed more than its own variables
+            _set_environ(base)
         with contextlib.suppress(OSError):
             os.chdir(cwd)
+
+
+def _environ_data() -> dict[Any, Any]:
+    """A copy of the environment as ``os.environ`` keeps it (encoded; a fast C copy)."""
+    return dict(getattr(os.environ, "_data", os.environ))
+
+
+def _set_environ(env: dict[str, str]) -> None:
+    """Make ``os.environ`` equal ``env``, touching only what differs."""
+    current = os.environ
+    for key in [k for k in current if k not in env]:
+        del current[key]
+    for key, value in env.items():
+        if current.get(key) != value:
+            current[key] = value
 
 
 def _flush() -> None:
@@ -324,7 +406,7 @@ def main(argv: list[str]) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    Worker(conn, init["parent_pid"]).serve()
+    Worker(conn, init["parent_pid"], init["spool"]).serve()
     return 0
 
 

@@ -176,7 +176,9 @@ class CapacityIndex:
                 self.schedulable.discard(dev)
                 self._unschedulable[cls] = self._unschedulable.get(cls, 0) + 1
         new = max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
-        self._set(dev, self.free.get(dev, 0), new)
+        old = self.free.get(dev, 0)
+        if new != old:
+            self._set(dev, old, new)
 
     def frozen(self) -> CapacityIndex:
         """An independent copy for later reading (cheap when little is free)."""

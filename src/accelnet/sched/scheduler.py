@@ -255,7 +255,8 @@ class _Reasons(Mapping[str, str]):
         index: CapacityIndex,
     ) -> None:
         self._eager = eager
-        self._tail = {j.id: j for j in tail if j.id not in eager}
+        self._tail_list = tail  # queued jobs after the break: never among ``eager``
+        self._tail: dict[str, JobView] | None = None  # by id, made on the first lookup
         self._request = request
         self._topo = topo
         self._index = index
@@ -266,6 +267,8 @@ class _Reasons(Mapping[str, str]):
         found = self._eager.get(job_id) or self._computed.get(job_id)
         if found is not None:
             return found
+        if self._tail is None:
+            self._tail = {j.id: j for j in self._tail_list}
         never, req = self._request(self._tail[job_id], self._topo)
         if never is not None:
             why = f"can never run here: {never.message}"
@@ -279,10 +282,10 @@ class _Reasons(Mapping[str, str]):
 
     def __iter__(self) -> Iterator[str]:
         yield from self._eager
-        yield from self._tail
+        yield from (j.id for j in self._tail_list)
 
     def __len__(self) -> int:
-        return len(self._eager) + len(self._tail)
+        return len(self._eager) + len(self._tail_list)
 
 
 def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

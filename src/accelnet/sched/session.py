@@ -68,6 +68,16 @@ class Session:
     # ----- events ---------------------------------------------------------------------
     def put(self, job: JobView) -> None:
         """A job's current view (new, or changed state, placement or nomination)."""
+        old = self._jobs.get(job.id)
+        if (
+            old is not None
+            and old.placement is not None
+            and old.placement == job.placement
+            and old.state in _HOLDING
+            and job.state in _HOLDING
+        ):  # still holding the same devices (STARTING -> RUNNING): nothing to recount
+            self._jobs[job.id] = self._holding[job.id] = job
+            return
         self.drop(job.id)
         self._jobs[job.id] = job
         if job.state is JobState.PENDING:
