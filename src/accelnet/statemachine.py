@@ -67,9 +67,13 @@ class TransitionTable(Generic[S]):
         return self._rows
 
 
+HISTORY = 32  # transitions a Tracked keeps in memory (the store's event log keeps all)
+
+
 @dataclass(frozen=True, slots=True)
 class Tracked(Generic[S]):
-    """A current state and every transition that led to it."""
+    """A current state and the last :data:`HISTORY` transitions that led to it (a device
+    lives for months: its whole history belongs in the store, not in every copy)."""
 
     state: S
     history: tuple[Transition[S], ...] = ()
@@ -77,4 +81,5 @@ class Tracked(Generic[S]):
     def to(self, table: TransitionTable[S], what: str, dst: S, at: float, cause: str) -> Tracked[S]:
         """The entity after ``state -> dst``; raises IllegalTransitionError if not allowed."""
         table.check(what, self.state, dst)
-        return Tracked(dst, (*self.history, Transition(at, self.state, dst, cause)))
+        kept = self.history[-(HISTORY - 1) :] if len(self.history) >= HISTORY else self.history
+        return Tracked(dst, (*kept, Transition(at, self.state, dst, cause)))

@@ -98,3 +98,20 @@ def test_lifecycle_helpers_never_skip_the_refresh() -> None:
         "allocated", "draining", "drained", "refreshing", "unhealthy", "refreshing", "ready",
         "unhealthy",
     ]  # fmt: skip
+
+
+def test_a_device_keeps_only_its_recent_history_in_memory() -> None:
+    from accelnet.devices import DEVICE_TRANSITIONS
+    from accelnet.statemachine import HISTORY
+
+    d: Tracked[DeviceState] = Tracked(DeviceState.READY)
+    cycle = {
+        DeviceState.READY: DeviceState.ALLOCATED,
+        DeviceState.ALLOCATED: DeviceState.REFRESHING,
+        DeviceState.REFRESHING: DeviceState.READY,
+    }
+    for i in range(3 * HISTORY):
+        d = d.to(DEVICE_TRANSITIONS, "gpu0", cycle[d.state], float(i), f"step {i}")
+    assert len(d.history) == HISTORY
+    assert d.history[-1].cause == f"step {3 * HISTORY - 1}"
+    assert d.history[0].cause == f"step {2 * HISTORY}"

@@ -42,7 +42,8 @@ class CapacityIndex:
         self.free: dict[str, int] = {}
         self.whole: dict[str, dict[str, int]] = {c: {} for c in topo.classes}
         # buckets[cls][depth][(level, within)][count] = nodes with that many wholly free,
-        # as their fabric order (Topology.node_order), sorted: ties go to the first
+        # as their fabric order (Topology.node_order), sorted: ties go to the first (a
+        # bucket may be empty: buckets are kept once made)
         self.buckets: dict[str, list[dict[BucketKey, dict[int, SortedList]]]] = {
             c: [{} for _ in range(DEPTHS)] for c in topo.classes
         }
@@ -89,11 +90,13 @@ class CapacityIndex:
         for (_, levels), buckets in self.buckets[cls][depth].items():
             if within is not None and within not in levels:
                 continue
-            for count in buckets:
-                if count >= k and (best is None or count < best[0]):
-                    best = (count, buckets[count][0])
-                elif best is not None and count == best[0]:
-                    best = (count, min(best[1], buckets[count][0]))
+            for count, nodes in buckets.items():
+                if not nodes or count < k:
+                    continue
+                if best is None or count < best[0]:
+                    best = (count, nodes[0])
+                elif count == best[0]:
+                    best = (count, min(best[1], nodes[0]))
         return None if best is None else self.topo.node_list[best[1]]
 
     def first_fit(
@@ -112,8 +115,12 @@ class CapacityIndex:
         best: tuple[int, int] = (-1, 0)  # (node order, count)
         for per_depth in self.buckets[cls]:
             for (lv, _), buckets in per_depth.items():
-                if lv is level and buckets:
-                    top = max(buckets)
+                top = (
+                    max((c for c, nodes in buckets.items() if nodes), default=0)
+                    if lv is level
+                    else 0
+                )
+                if top:
                     first = buckets[top][0]
                     if top > best[1] or (top == best[1] and first < best[0]):
                         best = (first, top)
@@ -225,10 +232,7 @@ class CapacityIndex:
             after = before + delta
             buckets = all_buckets[node.depth].setdefault((node.level, node.within), {})
             if before:
-                b = buckets[before]
-                b.remove(pos)
-                if not b:
-                    del buckets[before]
+                buckets[before].remove(pos)  # an emptied bucket stays, to be reused
             if after:
                 counts[node_id] = after
                 found = buckets.get(after)
