@@ -118,6 +118,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
         self._ever_started: set[str] = set()
         self._events: list[TaskEvent] = []
         self._log_dirs: dict[str, str] = {}  # a task's log_dir -> resolved
+        self._checked_at = 0.0  # when exit statuses were last read (monotonic)
         self._ping_token = 0
         self._closed = False
         self._wake_lock = threading.Lock()  # wakeup() may come from any thread
@@ -147,9 +148,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
         device = self._device(task.device)
         w = self._workers.get(device.id)
         if w is not None:
-            self._drain(w)
-            if not w.dead and w.proc.poll() is not None:
-                self._on_death(w)
+            self._drain(w)  # a worker that died is noticed here (EOF) or when sent to
         w = self._workers.get(device.id)
         if w is not None and w.task is not None:
             raise RuntimeError(
@@ -466,10 +465,15 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
             for conn in wait([w.conn for w in workers], 0):
                 self._drain(by_conn[id(conn)])
         now = time.monotonic()
+        # a dead worker's connection ends (EOF), which draining notices; exit statuses are
+        # also read now and then, for a worker whose connection lingers
+        check = now - self._checked_at >= _LIVENESS_CHECK_S
+        if check:
+            self._checked_at = now
         for w in workers:
             if w.dead:
                 continue
-            if w.proc.poll() is not None:
+            if check and w.proc.poll() is not None:
                 self._drain(w)
                 self._on_death(w)
             elif w.task is not None and w.task.deadline is not None and w.task.deadline <= now:

@@ -76,6 +76,11 @@ class CapacityIndex:
         """Wholly free devices of ``cls`` in ``node``."""
         return self.whole[cls].get(node, 0)
 
+    def whole_any(self) -> bool:
+        """Whether any device is wholly free."""
+        root = self.topo.nodes_at[0][0]
+        return any(counts.get(root) for counts in self.whole.values())
+
     def total_whole(self, cls: str) -> int:
         """Wholly free devices of ``cls`` in the fabric."""
         root = self.topo.nodes_at[0][0]
@@ -194,11 +199,14 @@ class CapacityIndex:
         twin.schedulable = set(self.schedulable)
         twin.free = dict(self.free)
         twin.whole = {c: dict(counts) for c, counts in self.whole.items()}
-        twin.buckets = {
-            c: [{key: {n: b.copy() for n, b in per.items()} for key, per in depth.items()}
-                for depth in per_cls]
-            for c, per_cls in self.buckets.items()
-        }  # fmt: skip
+        if self.whole_any():
+            twin.buckets = {
+                c: [{key: {n: b.copy() for n, b in per.items() if b} for key, per in depth.items()}
+                    for depth in per_cls]
+                for c, per_cls in self.buckets.items()
+            }  # fmt: skip
+        else:  # nothing wholly free (a full fabric): every bucket is empty
+            twin.buckets = {c: [{} for _ in range(DEPTHS)] for c in self.buckets}
         twin.partial = {c: list(items) for c, items in self.partial.items()}
         twin._log = []
         twin._unschedulable = dict(self._unschedulable)
