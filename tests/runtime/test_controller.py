@@ -94,6 +94,7 @@ def test_cancel_kills_the_process_tree(tmp_path: Path) -> None:
 
 
 def wait_and_report(path: str) -> str:
+    print("before the kill", flush=True)
     Path(path).write_text(str(os.getpid()))
     time.sleep(30)
     return "slept"
@@ -114,6 +115,7 @@ def test_a_killed_worker_fails_its_task_and_is_replaced(tmp_path: Path) -> None:
         os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the worker runs the callable
         rec = job.wait(timeout=30)
         assert rec.state is JobState.FAILED and "lost" in (rec.error or "")
+        assert job.logs() == "before the kill\n"  # what it wrote before it died is kept
         # the device is usable again: a new worker runs the next job
         again = cluster.submit(quick, accelerators="any:1")
         assert again.result(timeout=60) == "second try"
@@ -140,3 +142,35 @@ def test_job_files_through_the_sdk(tmp_path: Path) -> None:
         handles = cluster.submit_file(jobs)
         assert [h.wait(timeout=60).state for h in handles] == [JobState.SUCCEEDED] * 2
         assert [h.logs().strip() for h in handles] == ["a", "b"]
+
+
+def chatty(go: str) -> str:
+    print("hello from the task", flush=True)
+    while not Path(go).exists():
+        time.sleep(0.02)
+    return "done"
+
+
+def test_output_while_running_and_after_and_why_a_job_waits(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    with accelnet.local(fabric="pcie-4xL4", workdir=tmp_path / "w") as cluster:
+        busy = [cluster.submit(chatty, str(go), accelerators="L4:1") for _ in range(4)]
+        queued = cluster.submit(add, 1, 2, accelerators="L4:1")
+        deadline = time.monotonic() + 30
+        while "hello" not in busy[0].logs():  # read from the running task's spool
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert cluster.reason(queued.id) == "needs 1 x L4; 0 of 4 free"
+        assert cluster.reason(busy[0].id) is None
+        go.touch()
+        assert [b.result(timeout=60) for b in busy] == ["done"] * 4
+        assert queued.result(timeout=60) == 3
+        assert busy[0].logs() == "hello from the task\n"
+        assert busy[0].logs(stream="err") == ""
+        assert queued.logs() == "" and queued.logs(stream="err") == ""
+        with pytest.raises(ValueError, match="stream"):
+            queued.logs(stream="both")
+    logs = tmp_path / "w" / "logs"
+    assert (logs / f"{busy[0].id}.1.0.out").exists()
+    # a task that wrote nothing leaves no file behind (creating files is slow)
+    assert not list(logs.glob(f"{queued.id}.*")) and not (logs / f"{busy[0].id}.1.0.err").exists()

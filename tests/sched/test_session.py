@@ -172,8 +172,29 @@ def test_reasons_of_a_full_fabric_stay_those_of_the_decision() -> None:
     for s in decision.starts:  # free everything again before reading the reasons
         session.drop(s.job)
     assert dict(later.waiting) == dict(then.waiting)
+    assert list(later.waiting) == list(then.waiting) and len(later.waiting) == 5
     assert later.waiting[views[-1].id].startswith("needs 1 x H100-SXM; 0 of 8 free; or")
     assert session.decide(3.0).starts
+
+
+def test_reason_now_is_the_decisions_reason_for_a_full_fabrics_queue() -> None:
+    fabric = FABRICS["mixed-lab"]
+    session = Session(Scheduler(), fabric, dict.fromkeys(fabric.devices, DeviceState.READY))
+    n = len(fabric.devices)
+    views = [JobView(f"j{i}", spec(f"j{i}", "any:1", None, 0, "a", False),
+                     JobState.ADMITTED, float(i)) for i in range(n + 3)]  # fmt: skip
+    views.append(JobView("big", spec("big", "H100:9", None, 0, "a", False), JobState.ADMITTED, 99))
+    for v in views:
+        session.put(v)
+    for s in session.decide(1.0).starts:
+        session.put(replace(views[int(s.job[1:])], state=JobState.RUNNING, placement=s.placement))
+    waiting = session.decide(2.0).waiting
+    for v in views[n:]:
+        assert session.reason(v.id) == waiting[v.id]
+    assert session.reason("big") == waiting["big"]
+    assert waiting["big"].startswith("can never run here: ")
+    assert session.reason(views[0].id) is None  # running, not waiting
+    assert session.reason("nobody") is None
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +25,7 @@ from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology
 
 
-def _table(jobs: list[Job], emulated: bool, waiting: Mapping[str, str]) -> Table:
+def _table(jobs: list[Job], emulated: bool, reason: Callable[[str], str | None]) -> Table:
     table = Table()
     for col in ("job", "state", "devices", "wait", "run time", "attempts", "note"):
         table.add_column(col, overflow="fold")
@@ -38,7 +38,7 @@ def _table(jobs: list[Job], emulated: bool, waiting: Mapping[str, str]) -> Table
         wait = (r.started_at or now) - r.submitted_at
         run = ((r.finished_at or now) - r.started_at) if r.started_at else 0.0
         state = r.state.value
-        why = "" if state == "succeeded" else (r.error or waiting.get(r.id, ""))
+        why = "" if state == "succeeded" else (r.error or reason(r.id) or "")
         table.add_row(Text(r.id), Text(state, JOB_STATE_STYLE.get(state, "")), Text(devs),
                       Text(f"{max(0.0, wait):.1f} s"), Text(f"{max(0.0, run):.1f} s"),
                       Text(str(r.attempts)), Text(why[:120]))  # fmt: skip
@@ -84,9 +84,9 @@ def run(
             while not all(h.state.is_finished() for h in handles):
                 if time.monotonic() - start > timeout:
                     fail(f"not finished within {timeout:g} s", 1)
-                live.update(_table(handles, emulated, cluster.controller.waiting))
+                live.update(_table(handles, emulated, cluster.reason))
                 time.sleep(0.25)
-            live.update(_table(handles, emulated, cluster.controller.waiting))
+            live.update(_table(handles, emulated, cluster.reason))
         records = [h.record for h in handles]
     ok = all(r.state.value == "succeeded" for r in records)
     if as_json:

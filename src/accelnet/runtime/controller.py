@@ -37,6 +37,7 @@ from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord, Store
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
+from accelnet.sched.scheduler import Reasons
 from accelnet.sched.session import Session
 from accelnet.statemachine import Tracked
 
@@ -86,7 +87,7 @@ class Controller:
         self.scheduler = scheduler or Scheduler()
         self.tenants = dict(tenants or {})
         self.topology = self.scheduler.topology(fabric)
-        self.waiting: Mapping[str, str] = {}
+        self._reasons: Mapping[str, str] = {}  # written by the last decision
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[str, tuple[str, int]] = {}
         self._dirty = True
@@ -169,6 +170,11 @@ class Controller:
             self._schedule()
         return changed
 
+    def reason(self, job_id: str) -> str | None:
+        """Why a queued job is waiting (None if it is not queued)."""
+        found = self._reasons.get(job_id)
+        return found if found is not None else self.session.reason(job_id)
+
     def idle(self) -> bool:
         """No job is queued or running."""
         return not self._live
@@ -202,15 +208,23 @@ class Controller:
     def _schedule(self) -> None:
         now = self.clock.now()
         decision = self.session.decide(now)
-        self.waiting = decision.waiting
+        waiting = decision.waiting
+        # the reasons of a full fabric's queue tail are not kept (reason() asks the session)
+        # and the decision is let go before the session changes, so that it never copies
+        # the queue for it
+        self._reasons = waiting.eager if isinstance(waiting, Reasons) else waiting
+        starts, preemptions, nominations = (
+            decision.starts, decision.preemptions, decision.nominations
+        )  # fmt: skip
+        del decision, waiting
         by_id = self._live
-        for p in decision.preemptions:
+        for p in preemptions:
             self._stop(p.job, f"preempted: {p.reason}")
             self._transition(p.job, JobState.PREEMPTING, now, p.reason)
-        for jid, devices in decision.nominations.items():
+        for jid, devices in nominations.items():
             if by_id[jid].nominated != devices:
                 self._keep(self.store.update(jid, nominated=devices))
-        for s in decision.starts:
+        for s in starts:
             self._launch(by_id[s.job], s.placement, now)
 
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:

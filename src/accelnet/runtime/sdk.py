@@ -204,6 +204,11 @@ class LocalCluster:
         self.backend.wakeup()  # end the controller's poll wait now
         return Job(self, jid)
 
+    def reason(self, job_id: str) -> str | None:
+        """Why a queued job is waiting (None if it is not queued)."""
+        with self._lock:
+            return self.controller.reason(job_id)
+
     def cancel(self, job_id: str) -> None:
         """Cancel a job."""
         with self._lock:

@@ -97,7 +97,7 @@ class Scheduler:
             keep = set(ids())
             self._requests = {k: v for k, v in self._requests.items() if k in keep}
 
-    def _request(self, job: JobView, topo: Topology) -> tuple[Rejection | None, Request]:
+    def request(self, job: JobView, topo: Topology) -> tuple[Rejection | None, Request]:
         """The job's never-fits verdict and request, cached per spec object (a queued job
         keeps its spec across decisions; the cache never changes an answer)."""
         hit = self._requests.get(job.id)
@@ -160,17 +160,17 @@ class Scheduler:
         search = self.preemption.start(w.running)
         # devices promised to jobs by earlier preemptions are held for them alone
         held = {j.id: _reserve(index, j.nominated) for j in w.held}
-        tail: list[JobView] = []
+        tail: Sequence[JobView] = ()
         final = index
         jobs = iter(w.ordered)
         for job in jobs:
             if not index.free and search is None and not held and not tenants:
                 # nothing is free and nothing can be freed: every later job waits; their
                 # reasons are written when read (a long queue stays cheap per decision)
-                tail = [job, *jobs]
+                tail = w.rest(job) if w.rest is not None else [job, *jobs]
                 final = index.frozen() if w.keep_index else index
                 break
-            never, base = self._request(job, topo)
+            never, base = self.request(job, topo)
             if never is not None:
                 waiting[job.id] = f"can never run here: {never.message}"
                 continue
@@ -208,7 +208,7 @@ class Scheduler:
         return Decision(
             tuple(starts),
             tuple(preemptions),
-            _Reasons(waiting, tail, self._request, topo, final) if tail else waiting,
+            Reasons(waiting, tail, self.request, topo, final) if tail else waiting,
             w.time_shares,
             nominations,
         )
@@ -222,7 +222,8 @@ class Walk:
     jobs with nominated devices, in queue order; ``ordered``: the queued jobs in the
     ordering policy's order (any iterable: it is read once, as far as needed);
     ``keep_index``: the caller keeps ``index`` after the decision, so lazy reasons read a
-    copy of it."""
+    copy of it; ``rest``: the queue from a job on (by default what is left of
+    ``ordered``), for the reasons of a full fabric's queue tail."""
 
     topo: Topology
     tenants: Mapping[str, Tenant]
@@ -236,9 +237,10 @@ class Walk:
     queued_ids: Callable[[], Iterable[str]]
     time_shares: Mapping[str, Mapping[str, float]] | None = None
     keep_index: bool = False
+    rest: Callable[[JobView], Sequence[JobView]] | None = None
 
 
-class _Reasons(Mapping[str, str]):
+class Reasons(Mapping[str, str]):
     """Waiting reasons, those of a full fabric's queue tail computed when first read.
 
     Once nothing is free, every later job waits with the reason its request gets from the
@@ -249,7 +251,7 @@ class _Reasons(Mapping[str, str]):
     def __init__(
         self,
         eager: dict[str, str],
-        tail: list[JobView],
+        tail: Sequence[JobView],
         request: Callable[[JobView, Topology], tuple[Rejection | None, Request]],
         topo: Topology,
         index: CapacityIndex,
@@ -279,6 +281,11 @@ class _Reasons(Mapping[str, str]):
             )
         self._computed[job_id] = why
         return why
+
+    @property
+    def eager(self) -> Mapping[str, str]:
+        """The reasons written during the decision (not those of the queue's tail)."""
+        return self._eager
 
     def __iter__(self) -> Iterator[str]:
         yield from self._eager

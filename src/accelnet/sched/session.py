@@ -15,13 +15,19 @@ themselves (``put`` a job's new view, ``drop`` a finished one, ``set_device``):
 ``session.decide(now)`` gives exactly ``scheduler.decide(session.snapshot(now))`` (a
 property test holds them equal on random workloads); the session itself is unchanged by
 it. Policies without a fixed key fall back to ordering the queue for every decision.
+
+When the fabric is full, the decision's waiting reasons for the rest of the queue are
+read from the session's queue itself, not copied: should the queue change while such a
+decision is still referenced, its tail is copied first (copy on write), so a decision
+never changes after the fact and one nobody keeps costs nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from sortedcontainers import SortedKeyList
 
@@ -30,6 +36,7 @@ from accelnet.fabric import Fabric
 from accelnet.sched.capacity import SHARE_UNITS, units
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
+from accelnet.sched.placement import explain
 from accelnet.sched.scheduler import Scheduler, Walk, uncharge, usage_of
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
@@ -64,10 +71,12 @@ class Session:
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
+        self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
 
     # ----- events ---------------------------------------------------------------------
     def put(self, job: JobView) -> None:
         """A job's current view (new, or changed state, placement or nomination)."""
+        self._copy_tails()
         old = self._jobs.get(job.id)
         if (
             old is not None
@@ -95,6 +104,7 @@ class Session:
 
     def drop(self, job_id: str) -> None:
         """Forget a job (finished, or about to be put again)."""
+        self._copy_tails()
         old = self._jobs.pop(job_id, None)
         if old is None:
             return
@@ -190,11 +200,69 @@ class Session:
                     queued_ids=self._queued_ids,
                     time_shares=shares,
                     keep_index=True,
+                    rest=self._rest if self._keyed else None,
                 )
             )
         finally:
             index.rollback(mark)
 
+    def reason(self, job_id: str) -> str | None:
+        """Why a queued job waits *now* (what a decision would say of a job in a full
+        fabric's queue tail); None for a job that is not queued."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        if job.state is JobState.PENDING:
+            return "waiting for admission"
+        if job.state is not JobState.ADMITTED:
+            return None
+        never, req = self.scheduler.request(job, self.topo)
+        if never is not None:
+            return f"can never run here: {never.message}"
+        return explain(req, self.index)
+
+    def _rest(self, job: JobView) -> Sequence[JobView]:
+        tail = _QueueTail(self._queue, self._queue.index(job))
+        self._tails.add(tail)
+        return tail
+
+    def _copy_tails(self) -> None:
+        if self._tails:
+            for tail in list(self._tails):
+                tail.copy()
+            self._tails.clear()
+
     def _queued_ids(self) -> Iterable[str]:
         yield from (j.id for j in self._queue)
         yield from self._queued
+
+
+class _QueueTail(Sequence[JobView]):
+    """The session's queue from ``start`` on, read in place until :meth:`copy` is called
+    (by the session, before its queue changes)."""
+
+    def __init__(self, queue: Any, start: int) -> None:
+        self._queue = queue
+        self._start = start
+        self._items: list[JobView] | None = None
+
+    def copy(self) -> None:
+        if self._items is None:
+            self._items = list(self._queue.islice(self._start))
+
+    @overload
+    def __getitem__(self, i: int) -> JobView: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[JobView]: ...
+    def __getitem__(self, i: int | slice) -> JobView | Sequence[JobView]:
+        self.copy()
+        assert self._items is not None
+        return self._items[i]
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else len(self._queue) - self._start
+
+    def __iter__(self) -> Iterator[JobView]:
+        if self._items is not None:
+            return iter(self._items)
+        return iter(self._queue.islice(self._start))
