@@ -41,7 +41,8 @@ Percentiles are over the tasks of one run; every figure is then the median over
 (Ray). Start-up and warm-up are outside the timed window for both systems. Runs of the
 systems are interleaved repeat by repeat, so both see the same machine noise.
 
-Diagnosis (always, under a second): one ``Scheduler.decide`` on this machine's fabric with
+Diagnosis (always, under a second): one ``Scheduler.decide`` (full rescan) and one
+``Session.decide`` (incremental, what the controller runs) on this machine's fabric with
 100, 1,000, ``--tasks`` and 10,000 queued jobs of the same spec, every device READY (median
 of 5), since the controller makes such a decision after every submission and task event.
 ``--profile`` adds one untimed accelnet pass of ``--profile-tasks`` tasks under
@@ -55,9 +56,9 @@ without it the Ray rows are skipped)::
                                              [--recycle-tasks 500] [--warmup 20]
                                              [--profile --profile-tasks 2000]
 
-On a 2-core machine the defaults take about 4 minutes (commit c97f7c1: an accelnet run of
-10,000 tasks takes about 35 s, Ray's about 4 s plus its start; at commit aeaa752 one
-accelnet run could take 7 minutes, see BENCHMARKS.md). It prints a table and writes
+On a 2-core machine the defaults take about 2 minutes (an accelnet run of 10,000 tasks
+takes about 4 s, as does Ray's, plus its start; the recycling runs about 25 s; at commit
+aeaa752 one accelnet run could take 7 minutes, see BENCHMARKS.md). It prints a table and writes
 ``bench/results/dispatch.json`` (per-run figures, the medians, the ratios, the diagnosis,
 the command line, the versions and the machine).
 """
@@ -88,11 +89,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from accelnet.devices import DeviceState
 from accelnet.fabric import load_fabric
 from accelnet.runtime.local_backend import Recycle
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Snapshot
+from accelnet.sched.session import Session
 from benchutil import source_state, src_label, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dispatch.json"
@@ -259,11 +262,14 @@ def top_functions(prof: cProfile.Profile, top: int) -> dict[str, Any]:
 
 
 def decide_cost(queues: Sequence[int], repeats: int) -> list[dict[str, Any]]:
-    """One ``Scheduler.decide`` on this machine's fabric with ``q`` queued 1-device jobs.
+    """One decision on this machine's fabric with ``q`` queued 1-device jobs, both ways:
+    ``Scheduler.decide`` on a snapshot (a full rescan) and ``Session.decide`` (the
+    incremental scheduler the controller uses).
 
     The jobs are what ``cluster.submit(stamp)`` queues (the same spec fields); every device
-    is READY, so each decision starts as many jobs as there are devices and examines the
-    rest. The median of ``repeats`` decisions, each on a fresh snapshot.
+    is READY, so each decision starts as many jobs as there are devices. The median of
+    ``repeats`` decisions, each on a fresh snapshot (the session is built once per queue
+    length, outside the timing; a decision leaves it unchanged).
     """
     fabric = load_fabric(None)
     spec = JobSpec.model_validate(
@@ -283,7 +289,17 @@ def decide_cost(queues: Sequence[int], repeats: int) -> list[dict[str, Any]]:
             starts = len(scheduler.decide(snapshot).starts)
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
+        session = Session(scheduler, fabric, dict.fromkeys(fabric.devices, DeviceState.READY))
+        for job in jobs:
+            session.put(job)
+        session_times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            decision = session.decide(float(q + 1))
+            session_times.append(time.perf_counter() - t0)
+            del decision
         rows.append({"queued": q, "decide_ms": med * 1e3, "us_per_queued_job": med / q * 1e6,
+                     "session_decide_ms": statistics.median(session_times) * 1e3,
                      "starts": starts})  # fmt: skip
     return rows
 
@@ -584,15 +600,17 @@ def report(result: dict[str, Any], console: Console) -> None:
             f"Ray local mode not measured: ray.init(local_mode=True) raised {lm['error']}"
         )
     decide = Table(
-        title="Why: one Scheduler.decide on this fabric (every device READY) vs queued jobs",
-        caption="the controller decides again after every submission and every task event",
+        title="One decision on this fabric (every device READY) vs queued jobs",
+        caption="the controller decides again after every submission and every task event, "
+        "through the incremental Session",
     )
-    for col in ("queued jobs", "decide (ms)", "µs per queued job", "starts"):
+    for col in ("queued jobs", "Scheduler.decide (ms)", "µs per queued job",
+                "Session.decide (ms)", "starts"):  # fmt: skip
         decide.add_column(col, justify="right")
     for r in result["decide_cost"]:
         decide.add_row(
             f"{r['queued']:,}", f"{r['decide_ms']:,.2f}", f"{r['us_per_queued_job']:.2f}",
-            str(r["starts"]),
+            f"{r['session_decide_ms']:,.3f}", str(r["starts"]),
         )  # fmt: skip
     console.print(decide)
     prof = result["profile"]
