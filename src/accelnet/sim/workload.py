@@ -1,0 +1,99 @@
+"""What a simulation replays: jobs arriving over time, and device failures.
+
+A :class:`SimJob` is one job of a trace: when it arrives, what it is (a job type of the
+throughput table), how many devices it needs (a gang), and how much work it has (steps). It
+becomes a :class:`~accelnet.sched.JobSpec` whose ``workload`` carries the type, the steps
+and the measured throughputs, so the scheduler and the simulated backend read the same
+spec the live system would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from accelnet.sched import JobSpec
+
+
+class RateModel(Protocol):
+    """What trace loaders need of a throughput model (see :mod:`accelnet.sim.throughput`)."""
+
+    reference: str  # the catalog model durations in traces are taken on (e.g. "V100")
+
+    def job_types(self) -> tuple[str, ...]:
+        """Every job type the model knows, in a stable order."""
+        ...
+
+    def reference_rate(self, job_type: str, gpus: int) -> float:
+        """Steps/s of a gang of ``gpus`` devices of the reference model, consolidated."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """One job of a trace.
+
+    ``work`` is in steps of ``job_type`` (the throughput table's unit). ``accelerators``
+    overrides the request (by default ``any:<gpus>``: any device model, faster first).
+    ``deadline`` is absolute (seconds from the trace's start), None if there is none.
+    ``throughput`` (steps/s per device model, one device) is the hint the scheduler's
+    ``any`` ordering reads; the simulator fills it from its throughput model.
+    """
+
+    id: str
+    arrival: float
+    job_type: str
+    gpus: int
+    work: float
+    priority: int = 0
+    tenant: str = "default"
+    weight: float = 1.0
+    deadline: float | None = None
+    checkpointable: bool = True
+    accelerators: str | None = None
+    max_retries: int = 3
+    throughput: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError(f"job {self.id}: gpus must be >= 1, got {self.gpus}")
+        if not self.work > 0:
+            raise ValueError(f"job {self.id}: work must be > 0 steps, got {self.work}")
+        if self.arrival < 0:
+            raise ValueError(f"job {self.id}: arrival must be >= 0, got {self.arrival}")
+
+    def spec(self) -> JobSpec:
+        """The job spec the controller is given."""
+        body: dict[str, Any] = {
+            "name": _name(self.id),
+            "tenant": self.tenant,
+            "priority": self.priority,
+            "checkpointable": self.checkpointable,
+            "max_retries": self.max_retries,
+            "resources": {"accelerators": self.accelerators or f"any:{self.gpus}"},
+            "run": "simulated",
+            "workload": {
+                "category": "training",
+                "type": self.job_type,
+                "total_steps": self.work,
+                "throughput": dict(self.throughput),
+            },
+        }
+        return JobSpec.model_validate(body)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFailure:
+    """A device fails at ``at`` (seconds from the trace's start) and is repaired
+    ``repair_s`` later (None: never). ``device`` None picks one at random (seeded)."""
+
+    at: float
+    device: str | None = None
+    repair_s: float | None = 3600.0
+
+
+def _name(job_id: str) -> str:
+    """A job name the spec accepts, from a trace's job id."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in job_id).strip("-.")
+    return (safe or "job")[:128]
