@@ -9,6 +9,7 @@ from accelnet.cli.fabric_cmd import fabric_app
 from accelnet.cli.job_cmd import job_app
 from accelnet.cli.plan_cmd import plan
 from accelnet.cli.run_cmd import run
+from accelnet.cli.simulate_cmd import simulate
 
 app = typer.Typer(
     name="accelnet",
@@ -22,6 +23,7 @@ app.add_typer(job_app, name="job")
 app.command("demo")(demo)
 app.command("plan")(plan)
 app.command("run")(run)
+app.command("simulate")(simulate)
 
 
 def main() -> None:

@@ -96,8 +96,9 @@ def allocate(rec: Device, device: str, at: float, job: str) -> Device:
 
 
 def release(rec: Device, device: str, at: float, job: str, last: bool = True) -> Device:
-    """A job left the device; after the last one it is refreshed (or, if draining, drained)."""
-    if not last:
+    """A job left the device; after the last one it is refreshed (or, if draining, drained).
+    A device that failed or went away meanwhile stays as it is: leaving it does not heal it."""
+    if not last or rec.state in (DeviceState.UNHEALTHY, DeviceState.OFFLINE, DeviceState.DRAINED):
         return rec
     if rec.state is DeviceState.DRAINING:
         return _go(rec, device, DeviceState.DRAINED, at, f"{job} left; drain complete")

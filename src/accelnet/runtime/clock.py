@@ -37,3 +37,9 @@ class ManualClock:
         if seconds < 0:
             raise ValueError(f"a clock cannot go back ({seconds} s)")
         self._now += seconds
+
+    def set(self, t: float) -> None:
+        """Move forward to ``t`` (not before the current time)."""
+        if t < self._now:
+            raise ValueError(f"a clock cannot go back (from {self._now} to {t})")
+        self._now = t

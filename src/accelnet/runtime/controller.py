@@ -21,7 +21,15 @@ from typing import Any
 
 import cloudpickle
 
-from accelnet.devices import DEVICE_TRANSITIONS, Device, DeviceState, allocate, release
+from accelnet.devices import (
+    DEVICE_TRANSITIONS,
+    Device,
+    DeviceState,
+    allocate,
+    fail,
+    recover,
+    release,
+)
 from accelnet.devices import refreshed as refresh_done
 from accelnet.fabric import Fabric
 from accelnet.runtime.backend import (
@@ -82,8 +90,7 @@ class Controller:
         self.backend = backend
         self.clock = clock
         self.workdir = Path(workdir)
-        self.log_dir = self.workdir / "logs"  # <job>.<attempt>.<rank>.out|err
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = self.workdir / "logs"  # <job>.<attempt>.<rank>.out|err (made by backends)
         self.scheduler = scheduler or Scheduler()
         self.tenants = dict(tenants or {})
         self.topology = self.scheduler.topology(fabric)
@@ -170,10 +177,37 @@ class Controller:
             self._schedule()
         return changed
 
+    def fail_device(self, dev: str, cause: str) -> None:
+        """A device failed (a health check, an injected fault): it becomes UNHEALTHY and
+        takes no new work; the jobs on it are stopped and requeued within their retry
+        budget (the failure counts against it)."""
+        now = self.clock.now()
+        self._track(dev, fail(self._devices[dev], dev, now, cause))
+        self.store.set_device(dev, DeviceState.UNHEALTHY, now, cause)
+        for jid in sorted(self._holders.get(dev, ())):
+            run = self._runs.get(jid)
+            if run is not None and run.error is None:
+                run.error = f"device {dev} failed: {cause}"
+            self._stop(jid, f"device {dev} failed")
+        self._dirty = True
+
+    def repair_device(self, dev: str, cause: str) -> None:
+        """Remediation of an UNHEALTHY (or drained) device: refresh and probe it; it is
+        READY again if that works."""
+        now = self.clock.now()
+        self._track(dev, recover(self._devices[dev], dev, now, cause))
+        self.store.set_device(dev, DeviceState.REFRESHING, now, cause)
+        self._refresh(dev)
+        self._dirty = True
+
     def reason(self, job_id: str) -> str | None:
         """Why a queued job is waiting (None if it is not queued)."""
         found = self._reasons.get(job_id)
         return found if found is not None else self.session.reason(job_id)
+
+    def live(self) -> int:
+        """How many jobs are queued or running."""
+        return len(self._live)
 
     def idle(self) -> bool:
         """No job is queued or running."""

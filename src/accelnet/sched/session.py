@@ -152,6 +152,10 @@ class Session:
             uncharge(self._usage, job.spec.tenant, placement)
 
     # ----- decisions ------------------------------------------------------------------
+    def queued(self) -> int:
+        """How many jobs are queued (waiting for devices)."""
+        return len(self._queue) + len(self._queued)
+
     def jobs(self) -> Iterable[JobView]:
         """Every job the session knows (pending, queued, holding devices)."""
         return self._jobs.values()

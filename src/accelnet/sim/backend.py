@@ -1,0 +1,207 @@
+"""The simulated backend: tasks take virtual time, as long as their work needs.
+
+The controller launches a job as one task per rank, exactly as on the local backend. Each
+rank reports STARTED at once; when the whole gang is launched the job runs at the rate the
+throughput model gives its job type on its devices (their model, their number, whether they
+share one host), and every rank ends together when the work is done. A job stopped before
+the end (preempted, cancelled, its device failed) keeps the work it did if it is
+checkpointable and loses it otherwise; every start after the first costs ``restart_s`` of
+warm-up (loading the checkpoint, rebuilding state) before progress resumes.
+
+The backend keeps each job's accounting (time and device-seconds held, energy, first start)
+for the simulation's report, and the power the fabric draws. It never reads a clock of its
+own: time is the shared :class:`~accelnet.runtime.clock.ManualClock` the engine moves.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from accelnet.fabric import Fabric
+from accelnet.runtime.backend import Backend, TaskEvent, TaskEventKind, TaskSpec
+from accelnet.runtime.clock import ManualClock
+from accelnet.sched import JobSpec
+from accelnet.sim.throughput import ThroughputModel
+
+
+@dataclass(slots=True)
+class JobUse:
+    """What a job used, over all its attempts."""
+
+    first_start: float | None = None
+    run_s: float = 0.0
+    device_s: dict[str, float] = field(default_factory=dict)
+    energy_j: float = 0.0
+    done_work: float = 0.0  # steps kept (checkpointed) so far
+
+
+@dataclass(slots=True)
+class _Run:
+    job: str
+    tasks: list[str]
+    devices: tuple[str, ...]
+    world: int
+    started: float
+    rate: float = 0.0
+    warmup: float = 0.0
+    finish: float | None = None  # set once the whole gang is launched
+    model: str = ""
+    power_w: float = 0.0  # drawn by the gang while it runs
+
+
+class SimBackend(Backend):
+    """Runs tasks in virtual time (see the module docstring)."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        clock: ManualClock,
+        rates: ThroughputModel,
+        spec_of: Callable[[str], JobSpec],
+        restart_s: float = 30.0,
+        power_caps: Mapping[str, float] | None = None,
+    ) -> None:
+        """``spec_of`` gives a job's spec by id (the engine reads its store);
+        ``power_caps``: device id -> cap in W (else the device's own limit, if below its
+        model's maximum)."""
+        if restart_s < 0:
+            raise ValueError(f"restart_s must be >= 0, got {restart_s}")
+        self.fabric = fabric
+        self.clock = clock
+        self.rates = rates
+        self.spec_of = spec_of
+        self.restart_s = restart_s
+        self.use: dict[str, JobUse] = {}
+        self._runs: dict[str, _Run] = {}  # job -> its current attempt
+        self._task_job: dict[str, str] = {}
+        self._events: list[TaskEvent] = []
+        self._heap: list[tuple[float, int, str]] = []  # (finish time, seq, job)
+        self._seq = 0
+        self._caps: dict[str, float] = {}
+        for dev in fabric.devices.values():
+            cap = (power_caps or {}).get(dev.id)
+            if cap is None and 0 < dev.power_limit_w < dev.model.max_w:
+                cap = dev.power_limit_w
+            if cap is not None:
+                self._caps[dev.id] = cap
+        self._idle_w = {d.id: rates.power_w(d.model.name, False) for d in fabric.devices.values()}
+        self.busy: dict[str, str] = {}  # device -> job running on it
+        self.running = 0  # jobs running now
+        self.busy_by_model: dict[str, int] = {}
+        self.power_w = sum(self._idle_w.values())  # the fabric's draw now
+
+    # ----- the Backend contract -------------------------------------------------------
+    def launch(self, task: TaskSpec) -> None:
+        """Start a rank; the gang runs once all its ranks are launched."""
+        now = self.clock.now()
+        run = self._runs.get(task.job_id)
+        if run is None:
+            run = self._runs[task.job_id] = _Run(task.job_id, [], task.devices, task.world, now)
+        run.tasks.append(task.task_id)
+        self._task_job[task.task_id] = task.job_id
+        self._events.append(TaskEvent(task.task_id, TaskEventKind.STARTED, now))
+        if len(run.tasks) == run.world:
+            self._begin(run, now)
+
+    def cancel(self, task_id: str) -> None:
+        """Stop a rank; the gang's attempt ends when every rank is stopped."""
+        job = self._task_job.pop(task_id, None)
+        if job is None:
+            return  # ended already
+        now = self.clock.now()
+        self._events.append(TaskEvent(task_id, TaskEventKind.CANCELLED, now, error="cancelled"))
+        run = self._runs[job]
+        if not any(t in self._task_job for t in run.tasks):
+            self._end(run, now, completed=False)
+
+    def poll(self, timeout: float) -> list[TaskEvent]:
+        """Events due by now (never waits: the engine moves the clock)."""
+        self._collect(self.clock.now())
+        events, self._events = self._events, []
+        return events
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # ----- for the engine -------------------------------------------------------------
+    def next_time(self) -> float | None:
+        """When the next running job finishes, if any is running."""
+        heap = self._heap
+        while heap:
+            t, _, job = heap[0]
+            run = self._runs.get(job)
+            if run is not None and run.finish == t:
+                return t
+            heapq.heappop(heap)  # a stale entry: that attempt was stopped
+        return None
+
+    def pending(self) -> bool:
+        """Whether events are waiting to be polled."""
+        return bool(self._events)
+
+    # ----- internals ------------------------------------------------------------------
+    def _begin(self, run: _Run, now: float) -> None:
+        spec = self.spec_of(run.job)
+        devs = [self.fabric.devices[d] for d in run.devices]
+        model = devs[0].model.name
+        consolidated = len({d.host for d in devs}) == 1
+        caps = [self._caps[d] for d in run.devices if d in self._caps]
+        cap = min(caps) if caps else None
+        run.model = model
+        run.rate = self.rates.rate(spec.workload.type or "generic", model, run.world,
+                                   consolidated, cap)  # fmt: skip
+        use = self.use.setdefault(run.job, JobUse())
+        if use.first_start is None:
+            use.first_start = now
+        else:
+            run.warmup = self.restart_s
+        left = max(0.0, (spec.workload.total_steps or 0.0) - use.done_work)
+        run.finish = now + run.warmup + left / run.rate
+        busy_w = self.rates.power_w(model, True, cap)
+        run.power_w = busy_w * run.world
+        for d in run.devices:
+            self.busy[d] = run.job
+            self.power_w += busy_w - self._idle_w[d]
+        self.busy_by_model[model] = self.busy_by_model.get(model, 0) + run.world
+        self.running += 1
+        self._seq += 1
+        heapq.heappush(self._heap, (run.finish, self._seq, run.job))
+
+    def _collect(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            t, _, job = heapq.heappop(heap)
+            run = self._runs.get(job)
+            if run is None or run.finish != t:
+                continue
+            self._end(run, t, completed=True)
+            for task in run.tasks:
+                self._task_job.pop(task, None)
+                self._events.append(TaskEvent(task, TaskEventKind.SUCCEEDED, t, exit_code=0))
+
+    def _end(self, run: _Run, now: float, completed: bool) -> None:
+        """The attempt is over: account what it used and what it kept."""
+        del self._runs[run.job]
+        if run.finish is None:
+            return  # stopped before the whole gang was launched: it never ran
+        self.running -= 1
+        use = self.use[run.job]
+        held = now - run.started
+        use.run_s += held
+        use.device_s[run.model] = use.device_s.get(run.model, 0.0) + held * run.world
+        use.energy_j += held * run.power_w
+        spec = self.spec_of(run.job)
+        total = spec.workload.total_steps or 0.0
+        if completed:
+            use.done_work = total
+        elif spec.checkpointable:
+            progress = max(0.0, now - run.started - run.warmup) * run.rate
+            use.done_work = min(total, use.done_work + progress)
+        each = run.power_w / run.world
+        self.busy_by_model[run.model] -= run.world
+        for d in run.devices:
+            if self.busy.get(d) == run.job:
+                del self.busy[d]
+                self.power_w -= each - self._idle_w[d]

@@ -1,0 +1,267 @@
+"""The simulation loop: arrivals, failures and job ends drive the live controller in
+virtual time.
+
+Event-driven: the clock jumps to the next thing that happens (a job arrives, a running job
+finishes, a device fails or is repaired, a scheduling round begins) and the controller
+handles it exactly as it would live: the same :class:`Controller`, the same
+:class:`~accelnet.sched.Scheduler` (any ordering, placement and preemption policy), the
+same device lifecycle and retry rules. Only the backend (:class:`SimBackend`), the clock
+(a :class:`ManualClock`) and the store (a :class:`MemoryStore`) differ. Policies that want
+rounds (time slicing, Gavel-style allocations) get a decision at every multiple of
+``round_s``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import resource
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import Fabric
+from accelnet.runtime.clock import ManualClock
+from accelnet.runtime.controller import Controller
+from accelnet.runtime.store import MemoryStore
+from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
+from accelnet.sim.backend import SimBackend
+from accelnet.sim.records import JobOutcome, Sample, SimResult
+from accelnet.sim.throughput import ThroughputModel
+from accelnet.sim.workload import DeviceFailure, SimJob
+
+_END_STATES = {
+    JobState.SUCCEEDED: "succeeded",
+    JobState.FAILED: "failed",
+    JobState.CANCELLED: "cancelled",
+}
+INF = float("inf")
+_Fault = tuple[float, int, str, str]  # (time, order, "fail" or "repair", device)
+
+
+class Simulation:
+    """One simulated run of ``jobs`` on ``fabric`` under ``scheduler``."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        jobs: Sequence[SimJob],
+        scheduler: Scheduler,
+        rates: ThroughputModel,
+        failures: Sequence[DeviceFailure] = (),
+        round_s: float | None = None,
+        restart_s: float = 30.0,
+        tenants: Mapping[str, Tenant] | None = None,
+        power_caps: Mapping[str, float] | None = None,
+        seed: int = 0,
+        policy: str = "",
+        trace: str = "",
+        samples: bool = True,
+    ) -> None:
+        if round_s is not None and not round_s > 0:
+            raise ValueError(f"round_s must be > 0, got {round_s}")
+        self.fabric = fabric
+        self.jobs = sorted(jobs, key=lambda j: (j.arrival, j.id))
+        seen: set[str] = set()
+        for j in self.jobs:
+            if j.id in seen:
+                raise ValueError(f"job id {j.id!r} appears twice in the trace")
+            seen.add(j.id)
+        self.scheduler = scheduler
+        self.rates = rates
+        self.round_s = round_s
+        self.seed = seed
+        self.policy = policy or scheduler.ordering.name
+        self.trace = trace
+        self.keep_samples = samples
+        self.clock = ManualClock(0.0)
+        self.store = MemoryStore()
+        self._specs: dict[str, JobSpec] = {}
+        self.backend = SimBackend(
+            fabric, self.clock, rates, self._spec_of, restart_s=restart_s, power_caps=power_caps
+        )
+        self.controller = Controller(
+            fabric,
+            self.store,
+            self.backend,
+            self.clock,
+            Path("sim"),
+            scheduler,
+            dict(tenants or {}),
+        )
+        self._failures = self._place_failures(failures)
+        self.events = 0
+        self.decisions = 0
+
+    def _spec_of(self, job_id: str) -> JobSpec:
+        return self._specs[job_id]
+
+    def _place_failures(
+        self, failures: Sequence[DeviceFailure]
+    ) -> list[tuple[float, int, str, str]]:
+        """(time, order, "fail"/"repair", device) events; random devices drawn (seeded)."""
+        rng = random.Random(self.seed)
+        devices = sorted(self.fabric.devices)
+        heap: list[_Fault] = []
+        for i, f in enumerate(sorted(failures, key=lambda f: f.at)):
+            dev = f.device if f.device is not None else rng.choice(devices)
+            if dev not in self.fabric.devices:
+                raise ValueError(f"failure {i}: unknown device {dev!r}")
+            heapq.heappush(heap, (f.at, 2 * i, "fail", dev))
+            if f.repair_s is not None:
+                heapq.heappush(heap, (f.at + f.repair_s, 2 * i + 1, "repair", dev))
+        return heap
+
+    # ----- the loop -------------------------------------------------------------------
+    def run(
+        self, until: float | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> SimResult:
+        """Simulate until every job has ended (or ``until`` seconds of virtual time);
+        ``progress(finished, total)`` is called now and then."""
+        t0 = time.perf_counter()
+        controller, backend, clock = self.controller, self.backend, self.clock
+        jobs = self.jobs
+        n = len(jobs)
+        next_job = 0
+        next_round = self.round_s if self.round_s is not None else INF
+        samples: list[Sample] = []
+        last_report = 0.0
+        while next_job < n or not controller.idle():
+            t_arrival = jobs[next_job].arrival if next_job < n else INF
+            t_end = backend.next_time()
+            t_fault = self._failures[0][0] if self._failures else INF
+            t = min(t_arrival, INF if t_end is None else t_end, t_fault, next_round)
+            if t == INF or (until is not None and t > until):
+                break  # nothing more can happen (jobs that can never start stay queued)
+            clock.set(t)
+            while next_job < n and jobs[next_job].arrival <= t:
+                job = jobs[next_job]
+                spec = self._specs[job.id] = job.spec()
+                controller.submit(spec, job_id=job.id)
+                next_job += 1
+            while self._failures and self._failures[0][0] <= t:
+                _, _, what, dev = heapq.heappop(self._failures)
+                self._fault(what, dev)
+            if t >= next_round:
+                controller.wake()  # a round: decide again even if nothing happened
+                next_round += self.round_s or INF
+            while True:  # until nothing more happens at t (launches report STARTED at once)
+                events = backend.poll(0.0)
+                self.events += len(events)
+                if not controller.apply(events):
+                    break
+                self.decisions += 1
+            if self.keep_samples:
+                samples.append(self._sample(t))
+            if progress is not None and time.perf_counter() - last_report > 0.2:
+                last_report = time.perf_counter()
+                progress(next_job - controller.live(), n)
+        if progress is not None:
+            progress(next_job - controller.live(), n)
+        result = SimResult(
+            policy=self.policy,
+            fabric=self.fabric.name,
+            trace=self.trace,
+            seed=self.seed,
+            jobs=self._outcomes(),
+            samples=samples,
+            capacity=self._capacity(),
+            end=clock.now(),
+            wall_s=time.perf_counter() - t0,
+            events=self.events,
+            decisions=self.decisions,
+            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        )
+        return result
+
+    def _fault(self, what: str, dev: str) -> None:
+        state = self.controller.device_states()[dev]
+        if what == "fail" and state not in (DeviceState.UNHEALTHY, DeviceState.OFFLINE):
+            self.controller.fail_device(dev, "injected failure")
+        elif what == "repair" and state is DeviceState.UNHEALTHY:
+            self.controller.repair_device(dev, "repaired")
+
+    def _sample(self, t: float) -> Sample:
+        backend = self.backend
+        return Sample(
+            t=t,
+            busy=len(backend.busy),
+            devices=len(self.fabric.devices),
+            power_w=backend.power_w,
+            queued=self.controller.session.queued(),
+            running=backend.running,
+            busy_by_model=dict(backend.busy_by_model),
+        )
+
+    def _capacity(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in self.fabric.devices.values():
+            out[d.model.name] = out.get(d.model.name, 0) + 1
+        return out
+
+    def _outcomes(self) -> list[JobOutcome]:
+        out = []
+        use = self.backend.use
+        best = _BestRates(self.fabric, self.rates)
+        for job in self.jobs:
+            try:
+                rec = self.store.get(job.id)
+            except KeyError:
+                rec = None
+            o = JobOutcome(
+                id=job.id, job_type=job.job_type, tenant=job.tenant, gpus=job.gpus,
+                arrival=job.arrival, work=job.work, weight=job.weight, priority=job.priority,
+                deadline=job.deadline,
+            )  # fmt: skip
+            if rec is not None:
+                o.state = _END_STATES.get(rec.state, "unfinished")
+                o.end = rec.finished_at if o.state != "unfinished" else None
+                o.attempts = rec.attempts
+                o.failures = rec.failures
+                o.preemptions = sum(1 for e in self.store.events(job.id)
+                                    if e.kind == "job:preempting")  # fmt: skip
+            u = use.get(job.id)
+            if u is not None:
+                o.first_start = u.first_start
+                o.run_s = u.run_s
+                o.device_s = dict(u.device_s)
+                o.energy_j = u.energy_j
+            o.alone_s = best.alone_s(job)
+            out.append(o)
+        return out
+
+
+class _BestRates:
+    """Each job's run time alone on the fabric's best devices for its gang (memoised)."""
+
+    def __init__(self, fabric: Fabric, rates: ThroughputModel) -> None:
+        self.rates = rates
+        per_host: dict[tuple[str, str], int] = {}
+        total: dict[str, int] = {}
+        for d in fabric.devices.values():
+            key = (d.host, d.model.name)
+            per_host[key] = per_host.get(key, 0) + 1
+            total[d.model.name] = total.get(d.model.name, 0) + 1
+        self.total = total
+        self.most_on_a_host: dict[str, int] = {}
+        for (_, model), k in per_host.items():
+            self.most_on_a_host[model] = max(k, self.most_on_a_host.get(model, 0))
+        self._memo: dict[tuple[str, int], float] = {}
+
+    def alone_s(self, job: SimJob) -> float:
+        key = (job.job_type, job.gpus)
+        rate = self._memo.get(key)
+        if rate is None:
+            rate = 0.0
+            for model, count in self.total.items():
+                if count < job.gpus:
+                    continue
+                consolidated = self.most_on_a_host[model] >= job.gpus
+                try:
+                    r = self.rates.rate(job.job_type, model, job.gpus, consolidated)
+                except ValueError:
+                    continue  # a model the throughput model cannot rate
+                rate = max(rate, r)
+            self._memo[key] = rate
+        return job.work / rate if rate > 0 else INF

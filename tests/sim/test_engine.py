@@ -1,0 +1,120 @@
+"""The simulator on small traces whose outcome can be computed by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from accelnet.fabric import Fabric
+from accelnet.fabric.build import build_fabric, parse_spec
+from accelnet.sched import Scheduler
+from accelnet.sim.engine import Simulation
+from accelnet.sim.records import JobOutcome, SimResult
+from accelnet.sim.throughput import ThroughputModel
+from accelnet.sim.workload import DeviceFailure, SimJob
+
+# "toy" runs 1 step/s on one V100 and 2 steps/s on two (and 1.5 when they are on two hosts)
+RATES = ThroughputModel(
+    {"v100": {"toy": {1: 1.0, 2: 2.0}}},
+    reference="V100",
+    unconsolidated={"v100": {"toy": {2: 1.5}}},
+)
+
+
+def fabric(hosts: int, per_host: int) -> Fabric:
+    spec: dict[str, Any] = {
+        "name": f"v100x{hosts * per_host}",
+        "switches": [{"name": "leaf", "kind": "leaf"}],
+        "hosts": [{"name": "h{i}", "count": hosts, "devices": f"{per_host}xV100",
+                   "nics": "IB-EDR", "network": "leaf"}],
+    }  # fmt: skip
+    return build_fabric(parse_spec(spec, "<test>"))
+
+
+def job(jid: str, arrival: float, work: float, gpus: int = 1, **kw: Any) -> SimJob:
+    return SimJob(jid, arrival, "toy", gpus, work, **kw)
+
+
+def run(fab: Fabric, jobs: list[SimJob], **kw: Any) -> dict[str, JobOutcome]:
+    sim = Simulation(fab, jobs, Scheduler(), RATES, **kw)
+    result = sim.run()
+    return {o.id: o for o in result.jobs}
+
+
+def times(o: JobOutcome) -> tuple[float | None, float | None]:
+    return o.first_start, o.end
+
+
+def test_fifo_on_one_gpu() -> None:
+    out = run(fabric(1, 1), [job("a", 0, 100), job("b", 10, 50), job("c", 20, 10)])
+    assert [times(out[j]) for j in "abc"] == [(0, 100), (100, 150), (150, 160)]
+    assert [out[j].jct for j in "abc"] == [100, 140, 140]
+    assert all(o.state == "succeeded" and o.attempts == 1 for o in out.values())
+    assert out["b"].queueing == 90 and out["b"].run_s == 50
+    assert out["b"].device_s == {"V100": 50}
+
+
+def test_a_gang_waits_while_a_small_job_behind_it_starts() -> None:
+    # two GPUs on one host: b needs both and waits for a; c (one GPU) fits beside a at once
+    out = run(fabric(1, 2), [job("a", 0, 100), job("b", 1, 100, gpus=2), job("c", 2, 10)])
+    assert times(out["a"]) == (0, 100)
+    assert times(out["c"]) == (2, 12)
+    assert times(out["b"]) == (100, 150)  # 100 steps at 2 steps/s on two V100s
+    assert out["b"].device_s == {"V100": 100}
+
+
+def test_a_gang_spread_over_hosts_runs_at_the_unconsolidated_rate() -> None:
+    out = run(fabric(2, 1), [job("b", 0, 150, gpus=2)])
+    assert times(out["b"]) == (0, 100)  # 1.5 steps/s across two hosts
+
+
+@pytest.mark.parametrize(("checkpointable", "end"), [(False, 155.0), (True, 125.0)])
+def test_a_failure_requeues_the_job_and_it_restarts_after_repair(
+    checkpointable: bool, end: float
+) -> None:
+    fab = fabric(1, 1)
+    (dev,) = fab.devices
+    failure = DeviceFailure(at=30, device=dev, repair_s=20)
+    out = run(fab, [job("a", 0, 100, checkpointable=checkpointable)], failures=[failure],
+              restart_s=5)  # fmt: skip
+    a = out["a"]
+    # stopped at 30; the device is back at 50; 5 s of warm-up; then the work that is left
+    # (all 100 steps without a checkpoint, 70 with one)
+    assert (a.state, a.first_start, a.end) == ("succeeded", 0, end)
+    assert a.attempts == 2 and a.failures == 1
+    assert a.run_s == 30 + (end - 50)
+
+
+def test_a_job_out_of_retries_fails() -> None:
+    fab = fabric(1, 1)
+    (dev,) = fab.devices
+    failures = [DeviceFailure(at=10, device=dev, repair_s=1), DeviceFailure(at=40, device=dev)]
+    out = run(fab, [job("a", 0, 100, max_retries=1)], failures=failures, restart_s=0)
+    assert out["a"].state == "failed" and out["a"].failures == 2 and out["a"].end == 40
+
+
+def test_priority_preemption_in_the_simulator() -> None:
+    sched = Scheduler("priority", "best-fit", "priority")
+    jobs = [job("low", 0, 100, checkpointable=True), job("high", 10, 20, priority=5)]
+    result = Simulation(fabric(1, 1), jobs, sched, RATES, restart_s=0).run()
+    out = {o.id: o for o in result.jobs}
+    assert times(out["high"]) == (10, 30)
+    assert out["low"].preemptions == 1
+    assert out["low"].end == 120  # 10 steps kept, 90 left after high ends at 30
+
+
+def test_rounds_wake_the_scheduler_and_samples_follow_the_fabric() -> None:
+    sim = Simulation(fabric(1, 2), [job("a", 0, 100), job("b", 0, 50)], Scheduler(), RATES,
+                     round_s=30)  # fmt: skip
+    result: SimResult = sim.run()
+    assert result.decisions >= 4  # 30, 60, 90 and the events
+    busy = {s.t: s.busy for s in result.samples}
+    assert busy[0] == 2 and busy[60] == 1 and result.samples[-1].busy == 0
+    assert result.end == 100
+
+
+def test_unknown_device_in_a_failure_schedule_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown device 'nope'"):
+        Simulation(fabric(1, 1), [job("a", 0, 1)], Scheduler(), RATES,
+                   failures=[DeviceFailure(at=1, device="nope")])  # fmt: skip
