@@ -141,6 +141,7 @@ class MemoryStore(Store):
         self._lock = threading.RLock()
         self._jobs: dict[str, JobRecord] = {}
         self._events: list[Event] = []
+        self._by_job: dict[str, list[Event]] = {}  # each job's events (events(job) is O(its own))
         self._devices: dict[str, DeviceState] = {}
 
     def add(self, record: JobRecord, cause: str = "submitted") -> None:
@@ -170,12 +171,17 @@ class MemoryStore(Store):
             self._append_event(record.id, *event)
 
     def _append_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
-        self._events.append(Event(len(self._events) + 1, at, job_id, kind, detail))
+        event = Event(len(self._events) + 1, at, job_id, kind, detail)
+        self._events.append(event)
+        if job_id is not None:
+            self._by_job.setdefault(job_id, []).append(event)
 
     def events(self, job_id: str | None = None) -> list[Event]:
         """See :class:`Store`."""
         with self._lock:
-            return [e for e in self._events if job_id is None or e.job == job_id]
+            if job_id is None:
+                return list(self._events)
+            return list(self._by_job.get(job_id, ()))
 
     def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
         """See :class:`Store`."""

@@ -91,13 +91,34 @@ def _speed(cls: DeviceClass, spec: JobSpec) -> tuple[float, float]:
     return measured, peak
 
 
+def _shape(spec: JobSpec) -> tuple[object, ...]:
+    """Everything of a spec that its eligible classes and never-fit verdict depend on."""
+    res = spec.resources
+    acc = res.accelerators
+    hint = spec.workload.throughput
+    return (
+        acc.models, acc.count, acc.share, res.kind, res.min_memory_gb,
+        spec.topology.required, spec.topology.preferred,
+        tuple(sorted(hint.items())) if hint else (),
+    )  # fmt: skip
+
+
 def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
-    """Classes that satisfy models, kind and memory, best first.
+    """Classes that satisfy models, kind and memory, best first (memoised per fabric by the
+    spec's shape: jobs that ask alike get the same answer).
 
     Listed models keep the user's order (smaller memory first within a model, to keep big
     devices for jobs that need them); for ``any``, faster first: measured throughput from
     the workload hints, then peak FLOP/s.
     """
+    key = _shape(spec)
+    found = topo.eligible.get(key)
+    if found is None:
+        found = topo.eligible[key] = _eligible(spec, topo)
+    return found
+
+
+def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
     res = spec.resources
     req = res.accelerators
     wanted, _ = canonical_models(spec, topo)
@@ -131,7 +152,17 @@ def make_request(job_id: str, spec: JobSpec, topo: Topology) -> Request:
 
 
 def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
-    """Why ``spec`` can never run on this fabric, or None if it can (on an empty fabric)."""
+    """Why ``spec`` can never run on this fabric, or None if it can (on an empty fabric);
+    memoised per fabric by the spec's shape."""
+    key = _shape(spec)
+    if key in topo.rejections:
+        known: Rejection | None = topo.rejections[key]
+        return known
+    found = topo.rejections[key] = _rejection(spec, topo)
+    return found
+
+
+def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     fabric = topo.fabric
     acc = spec.resources.accelerators
     here = sorted({c.model.name for c in topo.classes.values()})

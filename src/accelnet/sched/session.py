@@ -33,7 +33,7 @@ from sortedcontainers import SortedKeyList
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.sched.capacity import SHARE_UNITS, units
+from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
@@ -59,7 +59,8 @@ class Session:
         self.topo = scheduler.topology(fabric)
         self.tenants: Mapping[str, Tenant] = MappingProxyType(dict(tenants or {}))
         self._states: dict[str, DeviceState] = dict(devices)
-        self.index = scheduler.capacity(Snapshot(fabric, 0.0, self._states, ()))
+        self._index = scheduler.capacity(Snapshot(fabric, 0.0, self._states, ()))
+        self._stale: set[str] = set()  # devices whose entry in the index is out of date
         self._used: dict[str, int] = {}  # device -> share units held by jobs
         self._jobs: dict[str, JobView] = {}
         self._holding: dict[str, JobView] = {}
@@ -122,7 +123,20 @@ class Session:
         """A device changed state (only schedulable devices take work)."""
         self._states[dev] = state
         if dev in self.topo.class_of:
-            self.index.reset(dev, SHARE_UNITS - self._used.get(dev, 0), state.schedulable())
+            self._stale.add(dev)
+
+    @property
+    def index(self) -> CapacityIndex:
+        """The free capacity now (device changes are applied to it when it is read, so a
+        device that goes through several states between decisions costs one update)."""
+        if self._stale:
+            index, used, states = self._index, self._used, self._states
+            for dev in self._stale:
+                state = states.get(dev)
+                ok = state is not None and state.schedulable()
+                index.reset(dev, SHARE_UNITS - used.get(dev, 0), ok)
+            self._stale.clear()
+        return self._index
 
     def set_tenants(self, tenants: Mapping[str, Tenant]) -> None:
         """Replace the tenants (an empty mapping: no tenant checks)."""
@@ -132,17 +146,15 @@ class Session:
         placement = job.placement
         assert placement is not None
         share = sign * units(placement.share)
-        index, used, states = self.index, self._used, self._states
+        used, stale, known = self._used, self._stale, self.topo.class_of
         for dev in placement.devices:
             now_used = used.get(dev, 0) + share
             if now_used:
                 used[dev] = now_used
             else:
                 used.pop(dev, None)
-            state = states.get(dev)
-            if dev in self.topo.class_of:
-                ok = state is not None and state.schedulable()
-                index.reset(dev, SHARE_UNITS - now_used, ok)
+            if dev in known:
+                stale.add(dev)
         if sign > 0:
             for tenant, per in usage_of([job]).items():
                 mine = self._usage.setdefault(tenant, {})

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from accelnet.fabric import DeviceModel, DomainLevel, Fabric
 
@@ -104,6 +105,9 @@ class Topology:
         self._largest: dict[tuple[str, DomainLevel], int] = {}
         # memo of model-name resolution (request.canonical_models), keyed by the names
         self.resolved: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # per request shape (sched.request): eligible classes and never-fit verdicts
+        self.eligible: dict[tuple[object, ...], tuple[DeviceClass, ...]] = {}
+        self.rejections: dict[tuple[object, ...], Any] = {}
 
     def _build_tree(self) -> None:
         sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}
