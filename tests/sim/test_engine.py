@@ -118,3 +118,15 @@ def test_unknown_device_in_a_failure_schedule_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown device 'nope'"):
         Simulation(fabric(1, 1), [job("a", 0, 1)], Scheduler(), RATES,
                    failures=[DeviceFailure(at=1, device="nope")])  # fmt: skip
+
+
+def test_a_preempted_job_saves_its_checkpoint_before_the_devices_free() -> None:
+    sched = Scheduler("priority", "best-fit", "priority")
+    jobs = [job("low", 0, 100, checkpointable=True), job("high", 10, 20, priority=5)]
+    result = Simulation(fabric(1, 1), jobs, sched, RATES, restart_s=3, checkpoint_s=5).run()
+    out = {o.id: o for o in result.jobs}
+    # low is told to stop at 10 and saves until 15; high runs 15..35; low resumes at 35
+    # with 90 steps left after 3 s of warm-up
+    assert times(out["high"]) == (15, 35)
+    assert out["low"].end == 35 + 3 + 90
+    assert out["low"].run_s == 15 + 93

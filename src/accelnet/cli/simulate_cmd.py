@@ -51,6 +51,12 @@ def simulate(
     restart_s: Annotated[
         float, typer.Option("--restart-s", help="warm-up after a restart (checkpoint load)")
     ] = 30.0,
+    checkpoint_s: Annotated[
+        float, typer.Option("--checkpoint-s", help="time a stopped checkpointable job saves")
+    ] = 0.0,
+    power_cap: Annotated[
+        float | None, typer.Option("--power-cap", help="cap every device at this many W")
+    ] = None,
     failures: Annotated[
         Path | None, typer.Option(help="device failures: CSV at,device,repair_s")
     ] = None,
@@ -82,6 +88,9 @@ def simulate(
     if mtbf_s is not None:
         horizon = max((j.arrival for j in jobs), default=0.0) * 2 + 7 * 86400
         faults += mtbf_failures(sorted(fab.devices), mtbf_s, horizon, seed, repair_s)
+    if power_cap is not None and not power_cap > 0:
+        fail(f"--power-cap must be > 0 W, got {power_cap}", 2)
+    caps = dict.fromkeys(fab.devices, power_cap) if power_cap is not None else None
     for n in notes:
         note(n)
     console = Console(stderr=True)
@@ -95,7 +104,8 @@ def simulate(
             try:
                 sim = Simulation(
                     fab, jobs, scheduler, model, failures=faults, round_s=round_s,
-                    restart_s=restart_s, seed=seed, policy=name, trace=trace,
+                    restart_s=restart_s, checkpoint_s=checkpoint_s, power_caps=caps,
+                    seed=seed, policy=name, trace=trace,
                 )  # fmt: skip
             except ValueError as exc:
                 fail(exc, 2)

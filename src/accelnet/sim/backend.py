@@ -5,8 +5,10 @@ rank reports STARTED at once; when the whole gang is launched the job runs at th
 throughput model gives its job type on its devices (their model, their number, whether they
 share one host), and every rank ends together when the work is done. A job stopped before
 the end (preempted, cancelled, its device failed) keeps the work it did if it is
-checkpointable and loses it otherwise; every start after the first costs ``restart_s`` of
-warm-up (loading the checkpoint, rebuilding state) before progress resumes.
+checkpointable and loses it otherwise. A checkpointable job that is stopped first saves its
+state: its ranks end (and its devices free) ``checkpoint_s`` later. Every start after the
+first costs ``restart_s`` of warm-up (loading the checkpoint, rebuilding state) before
+progress resumes.
 
 The backend keeps each job's accounting (time and device-seconds held, energy, first start)
 for the simulation's report, and the power the fabric draws. It never reads a clock of its
@@ -49,6 +51,8 @@ class _Run:
     finish: float | None = None  # set once the whole gang is launched
     model: str = ""
     power_w: float = 0.0  # drawn by the gang while it runs
+    saving_from: float | None = None  # stopped at; saving its checkpoint until its ranks end
+    began: bool = False  # the whole gang was launched and ran
 
 
 class SimBackend(Backend):
@@ -62,12 +66,17 @@ class SimBackend(Backend):
         spec_of: Callable[[str], JobSpec],
         restart_s: float = 30.0,
         power_caps: Mapping[str, float] | None = None,
+        checkpoint_s: float = 0.0,
     ) -> None:
         """``spec_of`` gives a job's spec by id (the engine reads its store);
         ``power_caps``: device id -> cap in W (else the device's own limit, if below its
         model's maximum)."""
         if restart_s < 0:
             raise ValueError(f"restart_s must be >= 0, got {restart_s}")
+        if checkpoint_s < 0:
+            raise ValueError(f"checkpoint_s must be >= 0, got {checkpoint_s}")
+        self.checkpoint_s = checkpoint_s
+        self._stopping: list[tuple[float, int, str]] = []  # (when, seq, task): saving first
         self.fabric = fabric
         self.clock = clock
         self.rates = rates
@@ -106,11 +115,26 @@ class SimBackend(Backend):
             self._begin(run, now)
 
     def cancel(self, task_id: str) -> None:
-        """Stop a rank; the gang's attempt ends when every rank is stopped."""
-        job = self._task_job.pop(task_id, None)
+        """Stop a rank; the gang's attempt ends when every rank is stopped (after its
+        checkpoint is saved, if it makes one)."""
+        job = self._task_job.get(task_id)
         if job is None:
             return  # ended already
+        run = self._runs[job]
         now = self.clock.now()
+        if self.checkpoint_s > 0 and run.finish is not None and self.spec_of(job).checkpointable:
+            if run.saving_from is None:
+                run.saving_from = now  # progress stops here; the devices stay busy saving
+                run.finish = None
+            self._seq += 1
+            heapq.heappush(self._stopping, (now + self.checkpoint_s, self._seq, task_id))
+            return
+        self._stop(task_id, now)
+
+    def _stop(self, task_id: str, now: float) -> None:
+        job = self._task_job.pop(task_id, None)
+        if job is None:
+            return
         self._events.append(TaskEvent(task_id, TaskEventKind.CANCELLED, now, error="cancelled"))
         run = self._runs[job]
         if not any(t in self._task_job for t in run.tasks):
@@ -127,15 +151,16 @@ class SimBackend(Backend):
 
     # ----- for the engine -------------------------------------------------------------
     def next_time(self) -> float | None:
-        """When the next running job finishes, if any is running."""
+        """When the next running job finishes or a stopping one has saved, if any."""
         heap = self._heap
         while heap:
             t, _, job = heap[0]
             run = self._runs.get(job)
             if run is not None and run.finish == t:
-                return t
+                break
             heapq.heappop(heap)  # a stale entry: that attempt was stopped
-        return None
+        times = [x[0][0] for x in (heap, self._stopping) if x]
+        return min(times) if times else None
 
     def pending(self) -> bool:
         """Whether events are waiting to be polled."""
@@ -150,6 +175,7 @@ class SimBackend(Backend):
         caps = [self._caps[d] for d in run.devices if d in self._caps]
         cap = min(caps) if caps else None
         run.model = model
+        run.began = True
         run.rate = self.rates.rate(spec.workload.type or "generic", model, run.world,
                                    consolidated, cap)  # fmt: skip
         use = self.use.setdefault(run.job, JobUse())
@@ -170,6 +196,10 @@ class SimBackend(Backend):
         heapq.heappush(self._heap, (run.finish, self._seq, run.job))
 
     def _collect(self, now: float) -> None:
+        stopping = self._stopping
+        while stopping and stopping[0][0] <= now:
+            t, _, task = heapq.heappop(stopping)
+            self._stop(task, t)
         heap = self._heap
         while heap and heap[0][0] <= now:
             t, _, job = heapq.heappop(heap)
@@ -184,9 +214,11 @@ class SimBackend(Backend):
     def _end(self, run: _Run, now: float, completed: bool) -> None:
         """The attempt is over: account what it used and what it kept."""
         del self._runs[run.job]
-        if run.finish is None:
+        if not run.began:
             return  # stopped before the whole gang was launched: it never ran
         self.running -= 1
+        if run.saving_from is not None:  # no progress while saving the checkpoint
+            run.warmup += now - run.saving_from
         use = self.use[run.job]
         held = now - run.started
         use.run_s += held

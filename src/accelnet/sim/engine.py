@@ -52,6 +52,7 @@ class Simulation:
         failures: Sequence[DeviceFailure] = (),
         round_s: float | None = None,
         restart_s: float = 30.0,
+        checkpoint_s: float = 0.0,
         tenants: Mapping[str, Tenant] | None = None,
         power_caps: Mapping[str, float] | None = None,
         seed: int = 0,
@@ -79,8 +80,9 @@ class Simulation:
         self.store = MemoryStore()
         self._specs: dict[str, JobSpec] = {}
         self.backend = SimBackend(
-            fabric, self.clock, rates, self._spec_of, restart_s=restart_s, power_caps=power_caps
-        )
+            fabric, self.clock, rates, self._spec_of, restart_s=restart_s,
+            power_caps=power_caps, checkpoint_s=checkpoint_s,
+        )  # fmt: skip
         self.controller = Controller(
             fabric,
             self.store,

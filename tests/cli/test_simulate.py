@@ -1,0 +1,89 @@
+"""``accelnet simulate``: a trace replayed on a fabric, reported as a table, JSON and files."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from accelnet.cli.main import app
+
+runner = CliRunner()
+
+# two jobs of Gavel's trace format: job_type, command, working_directory, num_steps_arg,
+# needs_data_dir, total_steps, scale_factor, priority_weight, SLO, arrival_time
+TRACE = (
+    "ResNet-50 (batch size 64)\tpython3 main.py\timagenet\t--num_steps\t1\t4400\t1\t1\t-1\t0\n"
+    "Transformer (batch size 64)\tpython3 train.py\ttranslation\t-step\t1\t5000\t2\t1\t-1\t60\n"
+)
+
+
+def simulate(*args: str) -> Any:
+    return runner.invoke(app, ["simulate", *args], env={"COLUMNS": "200"})
+
+
+def test_json_report_of_a_small_gavel_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "two.trace"
+    trace.write_text(TRACE)
+    out = tmp_path / "out"
+    r = simulate("--fabric", "gavel-48", "--trace", str(trace), "--json", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["schema"] == "accelnet.simulate/v1" and data["fabric"] == "gavel-48"
+    (run,) = data["runs"]
+    m = run["metrics"]
+    assert run["policy"] == "fifo" and m["jobs"]["finished"] == 2
+    assert m["jct_s"]["avg"] >= m["bounds"]["jct_lb_avg_s"] > 0
+    rows = list(csv.DictReader((out / "jobs-fifo.csv").open()))
+    first = next(row for row in rows if row["id"] == "gavel-00000")
+    # ResNet-50 bs64 runs 4.40 steps/s on a V100 (the fastest here): 4,400 steps in ~1,000 s,
+    # and it arrived on an idle fabric, so it ran at once
+    assert abs(float(first["alone_s"]) - 1000) < 5
+    assert float(first["first_start"]) == 0 and abs(float(first["jct"]) - 1000) < 5
+
+
+def test_policies_side_by_side_with_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = simulate("--fabric", "gavel-48", "--trace", "gavel-gen:n=40,lam=30", "--seed", "3",
+                 "--policy", "fifo,priority", "--out", str(out))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "fifo" in r.stdout and "priority" in r.stdout and "JCT avg" in r.stdout
+    names = {p.name for p in out.iterdir()}
+    assert {"metrics.json", "jobs-fifo.csv", "jobs-priority.csv", "jct_cdf.png",
+            "utilization.png", "queue.png"} <= names  # fmt: skip
+    rows = (out / "jobs-fifo.csv").read_text().splitlines()
+    assert len(rows) == 41 and rows[0].startswith("id,")
+
+
+def test_a_power_cap_makes_the_same_work_take_longer(tmp_path: Path) -> None:
+    trace = tmp_path / "two.trace"
+    trace.write_text(TRACE)
+
+    def makespan(*extra: str) -> float:
+        r = simulate("--fabric", "gavel-48", "--trace", str(trace), "--json", *extra)
+        assert r.exit_code == 0, r.output
+        return float(json.loads(r.stdout)["runs"][0]["metrics"]["makespan_s"])
+
+    assert makespan("--power-cap", "100") > makespan()
+
+
+def test_failures_are_injected_and_counted(tmp_path: Path) -> None:
+    r = simulate("--fabric", "gavel-48", "--trace", "gavel-gen:n=60,lam=60", "--mtbf", "20000",
+                 "--repair-s", "600", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["runs"][0]["metrics"]
+    assert m["failures"] > 0 and m["jobs"]["total"] == 60
+
+
+def test_bad_input_names_what_is_wrong(tmp_path: Path) -> None:
+    r = simulate("--fabric", "gavel-48", "--trace", str(tmp_path / "missing.trace"))
+    assert r.exit_code == 2 and "missing.trace" in r.output
+    trace = tmp_path / "t.trace"
+    trace.write_text(TRACE)
+    r = simulate("--fabric", "gavel-48", "--trace", str(trace), "--policy", "fastest")
+    assert r.exit_code == 2 and "unknown policy 'fastest'" in r.output and "fifo" in r.output
+    r = simulate("--fabric", "gavel-48", "--trace", str(trace), "--power-cap", "0")
+    assert r.exit_code == 2 and "--power-cap" in r.output
