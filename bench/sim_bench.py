@@ -106,11 +106,9 @@ def plot(scale: dict[str, list[dict[str, Any]]], fits: dict[str, tuple[float, fl
     ax = fig.add_subplot()
     for policy, rows in scale.items():
         xs = [r["jobs"] for r in rows]
-        ax.plot(xs, [r["wall_s"] for r in rows], "o-", label=policy)
         a, k = fits[policy]
+        ax.plot(xs, [r["wall_s"] for r in rows], "o-", label=f"{policy} (fit: ~ jobs^{k:.2f})")
         ax.plot(xs, [a * x**k for x in xs], ":", color="grey")
-        ax.annotate(f"{policy}: ~ jobs^{k:.2f}", (xs[-1], rows[-1]["wall_s"]),
-                    textcoords="offset points", xytext=(-120, 8))  # fmt: skip
     ax.set_xlabel("jobs (first N of the Philly table)")
     ax.set_ylabel("simulation wall time (s), median")
     ax.set_title("Simulating Philly on 2,048 GPUs (2-core machine)")
