@@ -82,6 +82,42 @@ def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value='99' WHERE key='version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 1"):
+    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 2"):
         SqliteStore(db)
     assert os.path.exists(db)
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "v1.db"
+    con = sqlite3.connect(db)  # the version 1 schema, as the first release wrote it
+    con.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('version', '1');
+        CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
+            spec TEXT NOT NULL, state TEXT NOT NULL, submitted_at REAL NOT NULL,
+            attempts INTEGER NOT NULL, started_at REAL, finished_at REAL, placement TEXT,
+            nominated TEXT NOT NULL, result BLOB, error TEXT, payload BLOB,
+            failures INTEGER NOT NULL DEFAULT 0);
+        """
+    )
+    spec = JobSpec.model_validate({"name": "old", "run": "true"})
+    con.execute(
+        "INSERT INTO jobs(id, spec, state, submitted_at, attempts, nominated) "
+        "VALUES('old-1', ?, 'admitted', 5.0, 0, '')",
+        (spec.model_dump_json(),),
+    )
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    rec = store.get("old-1")
+    assert rec.spec == spec and rec.attained == () and rec.done == 0.0
+    store.update("old-1", attained=(("H100-SXM", 12.5),), done=40.0)
+    store.close()
+    again = SqliteStore(db)
+    assert again.get("old-1").attained == (("H100-SXM", 12.5),)
+    assert again.get("old-1").done == 40.0
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == ("2",)

@@ -99,3 +99,12 @@ class SupportsLiveLogs(ABC):
     def live_log(self, task_id: str, stream: str) -> Path | None:
         """The file holding running ``task_id``'s ``stream`` (``out``/``err``) so far, or
         None if the task is not running."""
+
+
+class SupportsProgress(ABC):
+    """Capability: how much work a job has done (steps), as the job or a model reports it."""
+
+    @abstractmethod
+    def progress(self, job_id: str) -> float | None:
+        """Steps ``job_id`` has done and kept so far, its current attempt included (None if
+        unknown)."""

@@ -35,6 +35,7 @@ from accelnet.fabric import Fabric
 from accelnet.runtime.backend import (
     Backend,
     SupportsLiveLogs,
+    SupportsProgress,
     SupportsRefresh,
     TaskEvent,
     TaskEventKind,
@@ -67,6 +68,7 @@ class _Run:
     results: dict[int, Any] = field(default_factory=dict)
     error: str | None = None  # first failure of the attempt
     cancel: str | None = None  # why the controller stopped it (cancel / preempt)
+    launched: float = 0.0  # when its tasks were launched
 
     def task_id(self, job: str, rank: int) -> str:
         return f"{job}.{self.attempt}.{rank}"
@@ -271,7 +273,7 @@ class Controller:
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
             placement=placement, attempts=attempt, nominated=(),
         )  # fmt: skip
-        run = self._runs[rec.id] = _Run(attempt, len(placement.devices))
+        run = self._runs[rec.id] = _Run(attempt, len(placement.devices), launched=now)
         log_dir = self.log_dir
         payload = rec.payload
         if payload is None and rec.spec.entrypoint is not None:
@@ -340,16 +342,18 @@ class Controller:
         ok = all(k is TaskEventKind.SUCCEEDED for k in run.ended.values())
         if rec.state is JobState.STARTING:  # ended before every rank reported STARTED
             rec = self._transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
+        acct = self._accounting(rec, run, now, ok)
         if ok:
             ranks = [run.results[r] for r in range(run.world)]
             result = ranks[0] if run.world == 1 else ranks
             self._transition(rec.id, JobState.SUCCEEDED, now, "every rank succeeded",
-                                  result=result, finished_at=now)  # fmt: skip
+                                  result=result, finished_at=now, **acct)  # fmt: skip
         elif run.cancel == "cancelled":
-            self._transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now)
+            self._transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now,
+                             **acct)  # fmt: skip
         elif rec.state is JobState.PREEMPTING and run.error is None:
             self._transition(rec.id, JobState.ADMITTED, now, "requeued after preemption",
-                                  placement=None)  # fmt: skip
+                                  placement=None, **acct)  # fmt: skip
         else:
             failures = rec.failures + 1
             error = run.error or "stopped"
@@ -357,14 +361,31 @@ class Controller:
                 self._transition(
                     rec.id, JobState.ADMITTED, now,
                     f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
-                    placement=None, failures=failures, error=error,
+                    placement=None, failures=failures, error=error, **acct,
                 )  # fmt: skip
             else:
                 self._transition(rec.id, JobState.FAILED, now, error, failures=failures,
-                                      error=error, finished_at=now)  # fmt: skip
+                                      error=error, finished_at=now, **acct)  # fmt: skip
         if placement is not None:
             self._release(rec.id, placement, now)
         self._dirty = True
+
+    def _accounting(self, rec: JobRecord, run: _Run, now: float, ok: bool) -> dict[str, Any]:
+        """The job's attained service and kept work after this attempt: device-seconds on
+        its model, and the steps done (all of them if it succeeded; what the backend says
+        it kept, if the backend can say; else as before)."""
+        attained = dict(rec.attained)
+        p = rec.placement
+        if p is not None:
+            used = (now - run.launched) * len(p.devices) * p.share
+            attained[p.model] = attained.get(p.model, 0.0) + used
+        done = rec.done
+        if ok:
+            done = rec.spec.workload.total_steps or done
+        elif isinstance(self.backend, SupportsProgress):
+            kept = self.backend.progress(rec.id)
+            done = done if kept is None else kept
+        return {"attained": tuple(sorted(attained.items())), "done": done}
 
     # ----- devices ------------------------------------------------------------------
     def _track(self, dev: str, rec: Tracked[DeviceState]) -> None:

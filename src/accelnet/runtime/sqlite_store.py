@@ -2,8 +2,9 @@
 
 A submission is acknowledged only after its transaction commits, and with FULL
 synchronisation a committed transaction survives a crash of the process or the machine.
-The schema is versioned (``meta.version``); opening a file of another version raises with a
-message naming both versions.
+The schema is versioned (``meta.version``): a file of an older version is migrated when it is
+opened (version 1 -> 2 adds each job's attained service and kept work); a file of a newer
+version raises with a message naming both versions.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from accelnet.fabric import DomainLevel
 from accelnet.runtime.store import Event, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -38,7 +39,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     result BLOB,
     error TEXT,
     payload BLOB,
-    failures INTEGER NOT NULL DEFAULT 0
+    failures INTEGER NOT NULL DEFAULT 0,
+    attained TEXT NOT NULL DEFAULT '',
+    done REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
@@ -53,8 +56,23 @@ CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at
 """
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
-    "result, error, payload, failures"
+    "result, error, payload, failures, attained, done"
 )
+_MIGRATIONS = {  # from version N to N + 1
+    1: (
+        "ALTER TABLE jobs ADD COLUMN attained TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN done REAL NOT NULL DEFAULT 0",
+    ),
+}
+
+
+def _attained_text(attained: tuple[tuple[str, float], ...]) -> str:
+    return ";".join(f"{m}={s!r}" for m, s in attained)
+
+
+def _attained_of(text: str) -> tuple[tuple[str, float], ...]:
+    pairs = (item.rsplit("=", 1) for item in text.split(";") if item)
+    return tuple((m, float(s)) for m, s in pairs)
 
 
 def _placement_text(p: Placement | None) -> str | None:
@@ -89,10 +107,20 @@ class SqliteStore(Store):
                 "INSERT INTO meta(key, value) VALUES('version', ?)", (str(SCHEMA_VERSION),)
             )
         elif int(row[0]) != SCHEMA_VERSION:
+            self._migrate(int(row[0]))
+
+    def _migrate(self, version: int) -> None:
+        if version > SCHEMA_VERSION or version not in _MIGRATIONS:
             raise StoreError(
-                f"{self.path}: store schema version {row[0]}, this accelnet reads "
+                f"{self.path}: store schema version {version}, this accelnet reads "
                 f"version {SCHEMA_VERSION}"
             )
+        with self._tx():
+            while version < SCHEMA_VERSION:
+                for statement in _MIGRATIONS[version]:
+                    self._db.execute(statement)
+                version += 1
+            self._db.execute("UPDATE meta SET value=? WHERE key='version'", (str(version),))
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._lock)
@@ -102,7 +130,8 @@ class SqliteStore(Store):
         """See :class:`Store`."""
         with self._tx():
             try:
-                self._db.execute(f"INSERT INTO jobs({_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                marks = ",".join("?" * (_COLUMNS.count(",") + 1))
+                self._db.execute(f"INSERT INTO jobs({_COLUMNS}) VALUES({marks})",
                                  self._row(record))  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {record.id!r} exists") from None
@@ -134,8 +163,8 @@ class SqliteStore(Store):
             row = self._row(record)
             self._db.execute(
                 "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
-                "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, failures=? "
-                "WHERE id=?",
+                "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, "
+                "failures=?, attained=?, done=? WHERE id=?",
                 (*row[1:], row[0]),
             )
             if event is not None:
@@ -157,6 +186,8 @@ class SqliteStore(Store):
             r.error,
             r.payload,
             r.failures,
+            _attained_text(r.attained),
+            r.done,
         )
 
     @staticmethod
@@ -175,6 +206,8 @@ class SqliteStore(Store):
             error=row[10],
             payload=row[11],
             failures=row[12],
+            attained=_attained_of(row[13]),
+            done=row[14],
         )
 
     # ----- events -------------------------------------------------------------------

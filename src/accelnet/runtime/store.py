@@ -23,7 +23,8 @@ from accelnet.sched import JOB_TRANSITIONS, JobSpec, JobState, JobView, Placemen
 class JobRecord:
     """A job as stored. ``payload`` is a cloudpickled function call (SDK jobs);
     ``result`` the value the job produced (a list with one entry per rank for gangs);
-    ``attempts`` counts launches, ``failures`` the failed ones (against ``max_retries``)."""
+    ``attempts`` counts launches, ``failures`` the failed ones (against ``max_retries``);
+    ``attained`` and ``done`` the service and the work of its finished attempts."""
 
     id: str
     spec: JobSpec
@@ -38,6 +39,8 @@ class JobRecord:
     error: str | None = None
     payload: bytes | None = None
     failures: int = 0
+    attained: tuple[tuple[str, float], ...] = ()  # (model, device-seconds), finished attempts
+    done: float = 0.0  # steps kept by finished attempts (checkpointed)
 
     def view(self) -> JobView:
         """What the scheduler sees of the job."""
@@ -50,6 +53,8 @@ class JobRecord:
             self.started_at,
             self.placement if self.state.holds_devices() else None,
             self.nominated,
+            self.attained,
+            self.done,
         )
 
 

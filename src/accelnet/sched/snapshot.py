@@ -47,6 +47,10 @@ class JobView:
 
     ``nominated`` holds the devices an earlier decision freed for this job by preemption
     (from ``Decision.nominations``): until the job starts they are held for it alone.
+    ``attained`` is the service the job received in its *finished* attempts, as
+    (device model, device-seconds) pairs, and ``done`` the work (steps) those attempts
+    kept; policies add the current attempt's share through
+    :class:`~accelnet.sched.jobinfo.JobInfo`.
     """
 
     id: str
@@ -57,11 +61,18 @@ class JobView:
     started_at: float | None = None
     placement: Placement | None = None
     nominated: tuple[str, ...] = ()
+    attained: tuple[tuple[str, float], ...] = ()
+    done: float = 0.0
 
     @property
     def priority(self) -> int:
         """The spec's priority."""
         return self.spec.priority
+
+    @property
+    def attained_s(self) -> float:
+        """Device-seconds received in finished attempts, on every model."""
+        return sum(s for _, s in self.attained)
 
 
 @dataclass(frozen=True, slots=True)

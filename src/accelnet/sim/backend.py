@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from accelnet.fabric import Fabric
-from accelnet.runtime.backend import Backend, TaskEvent, TaskEventKind, TaskSpec
+from accelnet.runtime.backend import Backend, SupportsProgress, TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.sched import JobSpec
 from accelnet.sim.throughput import ThroughputModel
@@ -55,7 +55,7 @@ class _Run:
     began: bool = False  # the whole gang was launched and ran
 
 
-class SimBackend(Backend):
+class SimBackend(Backend, SupportsProgress):
     """Runs tasks in virtual time (see the module docstring)."""
 
     def __init__(
@@ -148,6 +148,23 @@ class SimBackend(Backend):
 
     def close(self) -> None:
         """Nothing to release."""
+
+    def progress(self, job_id: str) -> float | None:
+        """Steps kept so far: the finished attempts' and the running one's (exact)."""
+        use = self.use.get(job_id)
+        if use is None:
+            return 0.0
+        run = self._runs.get(job_id)
+        done = use.done_work
+        if run is not None and run.began and run.saving_from is None and run.finish is not None:
+            elapsed = self.clock.now() - run.started - run.warmup
+            total = self.spec_of(job_id).workload.total_steps or 0.0
+            done = min(total, done + max(0.0, elapsed) * run.rate)
+        elif run is not None and run.saving_from is not None:
+            total = self.spec_of(job_id).workload.total_steps or 0.0
+            elapsed = run.saving_from - run.started - run.warmup
+            done = min(total, done + max(0.0, elapsed) * run.rate)
+        return done
 
     # ----- for the engine -------------------------------------------------------------
     def next_time(self) -> float | None:
