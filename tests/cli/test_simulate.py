@@ -87,3 +87,16 @@ def test_bad_input_names_what_is_wrong(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "unknown policy 'fastest'" in r.output and "fifo" in r.output
     r = simulate("--fabric", "gavel-48", "--trace", str(trace), "--power-cap", "0")
     assert r.exit_code == 2 and "--power-cap" in r.output
+
+
+def test_bad_failure_options_and_unrunnable_jobs(tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace"
+    trace.write_text(TRACE)
+    r = simulate("--fabric", "gavel-48", "--trace", str(trace), "--mtbf", "0")
+    assert r.exit_code == 2 and "mtbf" in r.output and "Traceback" not in r.output
+    big = tmp_path / "big.csv"
+    big.write_text("id,arrival,gpus,duration\nhuge,0,64,100\nsmall,0,1,100\n")
+    r = simulate("--fabric", "gavel-48", "--trace", str(big), "--json")
+    assert r.exit_code == 0, r.output
+    jobs = json.loads(r.stdout)["runs"][0]["metrics"]["jobs"]
+    assert jobs["rejected"] == 1 and jobs["finished"] == 1

@@ -130,3 +130,97 @@ def test_a_preempted_job_saves_its_checkpoint_before_the_devices_free() -> None:
     assert times(out["high"]) == (15, 35)
     assert out["low"].end == 35 + 3 + 90
     assert out["low"].run_s == 15 + 93
+
+
+# ----- regressions found in review --------------------------------------------------
+
+
+def test_rounds_end_when_nothing_else_can_happen() -> None:
+    # the only device fails for good before the job arrives: rounds must not spin forever
+    fab = fabric(1, 1)
+    (dev,) = fab.devices
+    sim = Simulation(fab, [job("a", 20, 10)], Scheduler(), RATES, round_s=30,
+                     failures=[DeviceFailure(at=10, device=dev, repair_s=None)])  # fmt: skip
+    result = sim.run()
+    assert result.end == 20 and result.jobs[0].state == "unfinished"
+
+
+def test_until_charges_what_is_still_running() -> None:
+    result = Simulation(fabric(1, 1), [job("a", 0, 100)], Scheduler(), RATES).run(until=50)
+    (a,) = result.jobs
+    assert result.end == 50 and a.state == "unfinished"
+    assert a.run_s == 50 and a.device_s == {"V100": 50} and a.energy_j > 0
+    assert result.samples[-1].t == 50 and result.samples[-1].busy == 1
+
+
+def test_a_failure_on_a_dead_device_and_its_repair_change_nothing() -> None:
+    fab = fabric(1, 1)
+    (dev,) = fab.devices
+    failures = [
+        DeviceFailure(at=10, device=dev, repair_s=100),  # down 10..110
+        DeviceFailure(at=50, device=dev, repair_s=10),  # already down: its repair at 60 too
+    ]
+    out = run(fab, [job("a", 0, 100, checkpointable=True)], failures=failures, restart_s=0)
+    assert out["a"].end == 110 + 90  # back at 110, not 60
+
+
+def test_a_job_that_ends_when_its_device_fails_has_succeeded() -> None:
+    fab = fabric(1, 1)
+    (dev,) = fab.devices
+    out = run(fab, [job("a", 0, 100, max_retries=0)],
+              failures=[DeviceFailure(at=100, device=dev)])  # fmt: skip
+    assert out["a"].state == "succeeded" and out["a"].end == 100
+
+
+def test_shares_of_one_device_run_and_draw_in_proportion() -> None:
+    fab = fabric(1, 1)
+    jobs = [job("a", 0, 50, accelerators="V100:0.5"), job("b", 0, 25, accelerators="V100:0.5")]
+    sim = Simulation(fab, jobs, Scheduler(), RATES)
+    result = sim.run()
+    out = {o.id: o for o in result.jobs}
+    assert times(out["a"]) == (0, 100) and times(out["b"]) == (0, 50)  # half the rate each
+    idle, busy = RATES.power_w("V100", False), RATES.power_w("V100", True)
+    by_t = {s.t: s for s in result.samples}
+    assert by_t[0].busy == 1 and by_t[0].power_w == pytest.approx(busy)
+    assert by_t[50].busy == 1 and by_t[50].power_w == pytest.approx((idle + busy) / 2)
+    assert sim.backend.power_w == pytest.approx(idle) and not sim.backend.busy
+    assert out["b"].energy_j == pytest.approx(50 * busy / 2)
+
+
+def test_a_job_the_fabric_can_never_run_is_reported_not_fatal() -> None:
+    result = Simulation(fabric(1, 2), [job("big", 0, 10, gpus=4), job("a", 0, 10)],
+                        Scheduler(), RATES).run()  # fmt: skip
+    out = {o.id: o for o in result.jobs}
+    assert out["big"].state == "rejected" and out["a"].state == "succeeded"
+    assert any("rejected big" in n for n in result.notes)
+
+
+def test_a_device_failure_during_a_checkpoint_leaves_the_preemption_standing() -> None:
+    fab = fabric(1, 1)
+    (dev,) = fab.devices
+    sched = Scheduler("priority", "best-fit", "priority")
+    jobs = [job("low", 0, 100, checkpointable=True, max_retries=0),
+            job("high", 10, 20, priority=5)]  # fmt: skip
+    out = {o.id: o for o in Simulation(
+        fab, jobs, sched, RATES, restart_s=0, checkpoint_s=5,
+        failures=[DeviceFailure(at=12, device=dev, repair_s=8)],
+    ).run().jobs}  # fmt: skip
+    # low is preempted at 10 and saving when the device fails at 12: it stops there (no
+    # failure counted, its 10 steps kept); the device is back at 20 for high, then low
+    assert out["low"].failures == 0 and out["low"].preemptions == 1
+    assert times(out["high"]) == (20, 40)
+    assert out["low"].state == "succeeded" and out["low"].end == 40 + 90
+
+
+def test_every_rank_of_a_stopping_gang_saves_its_checkpoint() -> None:
+    sched = Scheduler("priority", "best-fit", "priority")
+    jobs = [job("low", 0, 200, gpus=2, checkpointable=True), job("high", 10, 20, priority=5)]
+    sim = Simulation(fabric(1, 2), jobs, sched, RATES, restart_s=0, checkpoint_s=5)
+    sim.run()
+    ends = [e.at for e in sim.store.events("low") if e.kind == "task:cancelled"]
+    assert ends == [15, 15]
+
+
+def test_without_the_spread_penalty_a_gang_over_hosts_runs_at_the_one_host_rate() -> None:
+    out = run(fabric(2, 1), [job("b", 0, 200, gpus=2)], spread_penalty=False)
+    assert times(out["b"]) == (0, 100)  # 2 steps/s, as on one host

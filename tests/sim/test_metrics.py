@@ -147,7 +147,9 @@ def test_samples_out_of_order_are_sorted() -> None:
 def test_to_json_schema_and_rounding() -> None:
     doc = compute(fifo_result()).to_json()
     assert doc["schema"] == SCHEMA == "accelnet.sim.metrics/v1"
-    assert doc["jobs"] == {"total": 4, "finished": 3, "failed": 0, "cancelled": 0, "unfinished": 1}
+    assert doc["jobs"] == {
+        "total": 4, "finished": 3, "failed": 0, "cancelled": 0, "unfinished": 1, "rejected": 0
+    }  # fmt: skip
     assert doc["utilization"] == pytest.approx(19 / 24, rel=1e-6)
     assert doc["utilization"] == float(f"{19 / 24:.7g}")
     assert doc["tenants"]["t1"]["avg_jct_s"] == 7.0

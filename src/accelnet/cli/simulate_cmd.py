@@ -70,6 +70,14 @@ def simulate(
         Path | None, typer.Option(help="Gavel throughput JSON (default: the bundled copy)")
     ] = None,
     until: Annotated[float | None, typer.Option(help="stop after N s of virtual time")] = None,
+    spread_penalty: Annotated[
+        bool,
+        typer.Option(
+            "--spread-penalty/--no-spread-penalty",
+            help="a gang spread over hosts runs slower (Gavel's *_unconsolidated figures); "
+            "off: at the one-host rate, as Gavel's simulator assumes",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
     cpu_devices: CpuOpt = "per-core",
 ) -> None:
@@ -83,11 +91,11 @@ def simulate(
         model = ThroughputModel.gavel(rates)
         jobs, notes = load_trace(trace, model, seed)
         faults = load_failures(failures) if failures is not None else []
+        if mtbf_s is not None:  # in addition to the schedule's
+            horizon = max((j.arrival for j in jobs), default=0.0) * 2 + 7 * 86400
+            faults += mtbf_failures(sorted(fab.devices), mtbf_s, horizon, seed, repair_s)
     except (TraceError, ValueError, OSError) as exc:
         fail(exc, 2)
-    if mtbf_s is not None:
-        horizon = max((j.arrival for j in jobs), default=0.0) * 2 + 7 * 86400
-        faults += mtbf_failures(sorted(fab.devices), mtbf_s, horizon, seed, repair_s)
     if power_cap is not None and not power_cap > 0:
         fail(f"--power-cap must be > 0 W, got {power_cap}", 2)
     caps = dict.fromkeys(fab.devices, power_cap) if power_cap is not None else None
@@ -105,6 +113,7 @@ def simulate(
                 sim = Simulation(
                     fab, jobs, scheduler, model, failures=faults, round_s=round_s,
                     restart_s=restart_s, checkpoint_s=checkpoint_s, power_caps=caps,
+                    spread_penalty=spread_penalty,
                     seed=seed, policy=name, trace=trace,
                 )  # fmt: skip
             except ValueError as exc:

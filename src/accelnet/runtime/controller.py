@@ -188,7 +188,9 @@ class Controller:
         self.store.set_device(dev, DeviceState.UNHEALTHY, now, cause)
         for jid in sorted(self._holders.get(dev, ())):
             run = self._runs.get(jid)
-            if run is not None and run.error is None:
+            if run is None or run.cancel is not None:
+                continue  # already being stopped (cancelled, preempted): that stands
+            if run.error is None:
                 run.error = f"device {dev} failed: {cause}"
             self._stop(jid, f"device {dev} failed")
         self._dirty = True

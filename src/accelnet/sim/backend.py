@@ -10,6 +10,13 @@ state: its ranks end (and its devices free) ``checkpoint_s`` later. Every start 
 first costs ``restart_s`` of warm-up (loading the checkpoint, rebuilding state) before
 progress resumes.
 
+A job asking for a share of a device (``T4:0.5``) runs at that share of the device's rate
+and draws that share of its dynamic power. With ``spread_penalty`` off, a gang spread over
+hosts runs at the one-host rate, as Gavel's simulator assumes (it never reads the table's
+``*_unconsolidated`` figures). A device that fails (:meth:`SimBackend.fail_device`) stops
+its jobs at once: no checkpoint is saved on it; progress up to that moment is kept by a
+checkpointable job (it is taken to checkpoint continuously), lost by another.
+
 The backend keeps each job's accounting (time and device-seconds held, energy, first start)
 for the simulation's report, and the power the fabric draws. It never reads a clock of its
 own: time is the shared :class:`~accelnet.runtime.clock.ManualClock` the engine moves.
@@ -53,6 +60,8 @@ class _Run:
     power_w: float = 0.0  # drawn by the gang while it runs
     saving_from: float | None = None  # stopped at; saving its checkpoint until its ranks end
     began: bool = False  # the whole gang was launched and ran
+    share: float = 1.0  # of each device
+    failed: bool = False  # one of its devices failed: it saves nothing
 
 
 class SimBackend(Backend, SupportsProgress):
@@ -67,6 +76,7 @@ class SimBackend(Backend, SupportsProgress):
         restart_s: float = 30.0,
         power_caps: Mapping[str, float] | None = None,
         checkpoint_s: float = 0.0,
+        spread_penalty: bool = True,
     ) -> None:
         """``spec_of`` gives a job's spec by id (the engine reads its store);
         ``power_caps``: device id -> cap in W (else the device's own limit, if below its
@@ -76,6 +86,7 @@ class SimBackend(Backend, SupportsProgress):
         if checkpoint_s < 0:
             raise ValueError(f"checkpoint_s must be >= 0, got {checkpoint_s}")
         self.checkpoint_s = checkpoint_s
+        self.spread_penalty = spread_penalty
         self._stopping: list[tuple[float, int, str]] = []  # (when, seq, task): saving first
         self.fabric = fabric
         self.clock = clock
@@ -96,7 +107,7 @@ class SimBackend(Backend, SupportsProgress):
             if cap is not None:
                 self._caps[dev.id] = cap
         self._idle_w = {d.id: rates.power_w(d.model.name, False) for d in fabric.devices.values()}
-        self.busy: dict[str, str] = {}  # device -> job running on it
+        self.busy: dict[str, float] = {}  # device -> share of it in use by running jobs
         self.running = 0  # jobs running now
         self.busy_by_model: dict[str, int] = {}
         self.power_w = sum(self._idle_w.values())  # the fabric's draw now
@@ -122,7 +133,13 @@ class SimBackend(Backend, SupportsProgress):
             return  # ended already
         run = self._runs[job]
         now = self.clock.now()
-        if self.checkpoint_s > 0 and run.finish is not None and self.spec_of(job).checkpointable:
+        running = run.finish is not None or run.saving_from is not None
+        if (
+            self.checkpoint_s > 0
+            and running
+            and not run.failed
+            and self.spec_of(job).checkpointable
+        ):
             if run.saving_from is None:
                 run.saving_from = now  # progress stops here; the devices stay busy saving
                 run.finish = None
@@ -167,6 +184,27 @@ class SimBackend(Backend, SupportsProgress):
         return done
 
     # ----- for the engine -------------------------------------------------------------
+    def fail_device(self, dev: str) -> None:
+        """``dev`` failed: its jobs can save nothing on it; those saving a checkpoint there
+        stop now (their CANCELLED events come with the next poll)."""
+        now = self.clock.now()
+        for run in list(self._runs.values()):
+            if dev in run.devices:
+                run.failed = True
+                if run.saving_from is not None:
+                    for task in run.tasks:
+                        self._stop(task, now)
+
+    def charge_running(self, now: float) -> None:
+        """Account the running attempts up to ``now`` (a simulation stopped early)."""
+        for run in self._runs.values():
+            if run.began:
+                use = self.use[run.job]
+                held = now - run.started
+                use.run_s += held
+                use.device_s[run.model] = use.device_s.get(run.model, 0.0) + held * run.world
+                use.energy_j += held * run.power_w
+
     def next_time(self) -> float | None:
         """When the next running job finishes or a stopping one has saved, if any."""
         heap = self._heap
@@ -188,13 +226,14 @@ class SimBackend(Backend, SupportsProgress):
         spec = self.spec_of(run.job)
         devs = [self.fabric.devices[d] for d in run.devices]
         model = devs[0].model.name
-        consolidated = len({d.host for d in devs}) == 1
+        consolidated = not self.spread_penalty or len({d.host for d in devs}) == 1
         caps = [self._caps[d] for d in run.devices if d in self._caps]
         cap = min(caps) if caps else None
         run.model = model
         run.began = True
-        run.rate = self.rates.rate(spec.workload.type or "generic", model, run.world,
-                                   consolidated, cap)  # fmt: skip
+        run.share = share = spec.resources.accelerators.share
+        run.rate = share * self.rates.rate(spec.workload.type or "generic", model, run.world,
+                                           consolidated, cap)  # fmt: skip
         use = self.use.setdefault(run.job, JobUse())
         if use.first_start is None:
             use.first_start = now
@@ -203,11 +242,13 @@ class SimBackend(Backend, SupportsProgress):
         left = max(0.0, (spec.workload.total_steps or 0.0) - use.done_work)
         run.finish = now + run.warmup + left / run.rate
         busy_w = self.rates.power_w(model, True, cap)
-        run.power_w = busy_w * run.world
+        run.power_w = busy_w * run.world * share
         for d in run.devices:
-            self.busy[d] = run.job
-            self.power_w += busy_w - self._idle_w[d]
-        self.busy_by_model[model] = self.busy_by_model.get(model, 0) + run.world
+            before = self.busy.get(d, 0.0)
+            self.busy[d] = before + share
+            if not before:
+                self.busy_by_model[model] = self.busy_by_model.get(model, 0) + 1
+            self.power_w += (busy_w - self._idle_w[d]) * share
         self.running += 1
         self._seq += 1
         heapq.heappush(self._heap, (run.finish, self._seq, run.job))
@@ -248,9 +289,12 @@ class SimBackend(Backend, SupportsProgress):
         elif spec.checkpointable:
             progress = max(0.0, now - run.started - run.warmup) * run.rate
             use.done_work = min(total, use.done_work + progress)
-        each = run.power_w / run.world
-        self.busy_by_model[run.model] -= run.world
+        each = run.power_w / run.world  # busy draw of this job on one device
         for d in run.devices:
-            if self.busy.get(d) == run.job:
-                del self.busy[d]
-                self.power_w -= each - self._idle_w[d]
+            left = self.busy.get(d, 0.0) - run.share
+            if left > 1e-9:
+                self.busy[d] = left
+            else:
+                self.busy.pop(d, None)
+                self.busy_by_model[run.model] -= 1
+            self.power_w -= each - self._idle_w[d] * run.share

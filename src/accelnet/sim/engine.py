@@ -23,8 +23,8 @@ from pathlib import Path
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
 from accelnet.runtime.clock import ManualClock
-from accelnet.runtime.controller import Controller
-from accelnet.runtime.store import MemoryStore
+from accelnet.runtime.controller import Controller, JobRejectedError
+from accelnet.runtime.store import MemoryStore, StoreError
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
 from accelnet.sim.backend import SimBackend
 from accelnet.sim.records import JobOutcome, Sample, SimResult
@@ -53,6 +53,7 @@ class Simulation:
         round_s: float | None = None,
         restart_s: float = 30.0,
         checkpoint_s: float = 0.0,
+        spread_penalty: bool = True,
         tenants: Mapping[str, Tenant] | None = None,
         power_caps: Mapping[str, float] | None = None,
         seed: int = 0,
@@ -81,8 +82,9 @@ class Simulation:
         self._specs: dict[str, JobSpec] = {}
         self.backend = SimBackend(
             fabric, self.clock, rates, self._spec_of, restart_s=restart_s,
-            power_caps=power_caps, checkpoint_s=checkpoint_s,
+            power_caps=power_caps, checkpoint_s=checkpoint_s, spread_penalty=spread_penalty,
         )  # fmt: skip
+        self.spread_penalty = spread_penalty
         self.controller = Controller(
             fabric,
             self.store,
@@ -93,16 +95,17 @@ class Simulation:
             dict(tenants or {}),
         )
         self._failures = self._place_failures(failures)
+        self._skipped: set[int] = set()  # failures that found their device down already
+        self.rejected: dict[str, str] = {}  # job -> why the fabric can never run it
         self.events = 0
         self.decisions = 0
 
     def _spec_of(self, job_id: str) -> JobSpec:
         return self._specs[job_id]
 
-    def _place_failures(
-        self, failures: Sequence[DeviceFailure]
-    ) -> list[tuple[float, int, str, str]]:
-        """(time, order, "fail"/"repair", device) events; random devices drawn (seeded)."""
+    def _place_failures(self, failures: Sequence[DeviceFailure]) -> list[_Fault]:
+        """(time, order, "fail"/"repair", device) events; random devices drawn (seeded).
+        A failure's repair has the order after it (``2i`` and ``2i + 1``)."""
         rng = random.Random(self.seed)
         devices = sorted(self.fabric.devices)
         heap: list[_Fault] = []
@@ -133,27 +136,23 @@ class Simulation:
             t_arrival = jobs[next_job].arrival if next_job < n else INF
             t_end = backend.next_time()
             t_fault = self._failures[0][0] if self._failures else INF
-            t = min(t_arrival, INF if t_end is None else t_end, t_fault, next_round)
-            if t == INF or (until is not None and t > until):
+            t = min(t_arrival, INF if t_end is None else t_end, t_fault)
+            if t == INF:
                 break  # nothing more can happen (jobs that can never start stay queued)
+            t = min(t, next_round)  # rounds only while something else may still happen
+            if until is not None and t > until:
+                break
             clock.set(t)
-            while next_job < n and jobs[next_job].arrival <= t:
-                job = jobs[next_job]
-                spec = self._specs[job.id] = job.spec()
-                controller.submit(spec, job_id=job.id)
-                next_job += 1
+            next_job = self._arrive(next_job, t)
+            self._settle()  # what ends at t ends before a fault at t can touch it
             while self._failures and self._failures[0][0] <= t:
-                _, _, what, dev = heapq.heappop(self._failures)
-                self._fault(what, dev)
+                _, order, what, dev = heapq.heappop(self._failures)
+                self._fault(order, what, dev)
             if t >= next_round:
                 controller.wake()  # a round: decide again even if nothing happened
-                next_round += self.round_s or INF
-            while True:  # until nothing more happens at t (launches report STARTED at once)
-                events = backend.poll(0.0)
-                self.events += len(events)
-                if not controller.apply(events):
-                    break
-                self.decisions += 1
+                while next_round <= t:
+                    next_round += self.round_s or INF
+            self._settle()
             if self.keep_samples:
                 samples.append(self._sample(t))
             if progress is not None and time.perf_counter() - last_report > 0.2:
@@ -161,6 +160,14 @@ class Simulation:
                 progress(next_job - controller.live(), n)
         if progress is not None:
             progress(next_job - controller.live(), n)
+        if until is not None and clock.now() < until:
+            clock.set(until)
+            if self.keep_samples:
+                samples.append(self._sample(until))
+        backend.charge_running(clock.now())  # attempts still running, up to the end
+        notes = [f"rejected {jid}: {why}" for jid, why in list(self.rejected.items())[:5]]
+        if len(self.rejected) > 5:
+            notes.append(f"... and {len(self.rejected) - 5} more jobs rejected")
         result = SimResult(
             policy=self.policy,
             fabric=self.fabric.name,
@@ -174,14 +181,44 @@ class Simulation:
             events=self.events,
             decisions=self.decisions,
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            notes=notes,
         )
         return result
 
-    def _fault(self, what: str, dev: str) -> None:
+    def _arrive(self, next_job: int, t: float) -> int:
+        """Submit the jobs that arrive by ``t``; the index of the next one."""
+        jobs = self.jobs
+        while next_job < len(jobs) and jobs[next_job].arrival <= t:
+            job = jobs[next_job]
+            spec = self._specs[job.id] = job.spec()
+            try:
+                self.controller.submit(spec, job_id=job.id)
+            except JobRejectedError as exc:  # the fabric can never run it: say so, go on
+                self.rejected[job.id] = str(exc)
+            next_job += 1
+        return next_job
+
+    def _settle(self) -> None:
+        """Apply what the backend reports at the current time, deciding again, until
+        nothing more happens (launches report STARTED at once)."""
+        while True:
+            events = self.backend.poll(0.0)
+            self.events += len(events)
+            if not self.controller.apply(events):
+                return
+            self.decisions += 1
+
+    def _fault(self, order: int, what: str, dev: str) -> None:
+        """A failure (even ``order``) or its repair (the next odd one). A failure that
+        finds its device down already changes nothing, and neither does its repair."""
         state = self.controller.device_states()[dev]
-        if what == "fail" and state not in (DeviceState.UNHEALTHY, DeviceState.OFFLINE):
+        if what == "fail":
+            if state in (DeviceState.UNHEALTHY, DeviceState.OFFLINE):
+                self._skipped.add(order)
+                return
+            self.backend.fail_device(dev)
             self.controller.fail_device(dev, "injected failure")
-        elif what == "repair" and state is DeviceState.UNHEALTHY:
+        elif order - 1 not in self._skipped and state is DeviceState.UNHEALTHY:
             self.controller.repair_device(dev, "repaired")
 
     def _sample(self, t: float) -> Sample:
@@ -205,18 +242,20 @@ class Simulation:
     def _outcomes(self) -> list[JobOutcome]:
         out = []
         use = self.backend.use
-        best = _BestRates(self.fabric, self.rates)
+        best = _BestRates(self.fabric, self.rates, self.spread_penalty)
         for job in self.jobs:
             try:
                 rec = self.store.get(job.id)
-            except KeyError:
+            except StoreError:  # never stored: rejected, or it had not arrived
                 rec = None
             o = JobOutcome(
                 id=job.id, job_type=job.job_type, tenant=job.tenant, gpus=job.gpus,
                 arrival=job.arrival, work=job.work, weight=job.weight, priority=job.priority,
                 deadline=job.deadline,
             )  # fmt: skip
-            if rec is not None:
+            if job.id in self.rejected:
+                o.state = "rejected"
+            elif rec is not None:
                 o.state = _END_STATES.get(rec.state, "unfinished")
                 o.end = rec.finished_at if o.state != "unfinished" else None
                 o.attempts = rec.attempts
@@ -237,8 +276,9 @@ class Simulation:
 class _BestRates:
     """Each job's run time alone on the fabric's best devices for its gang (memoised)."""
 
-    def __init__(self, fabric: Fabric, rates: ThroughputModel) -> None:
+    def __init__(self, fabric: Fabric, rates: ThroughputModel, spread_penalty: bool) -> None:
         self.rates = rates
+        self.spread_penalty = spread_penalty
         per_host: dict[tuple[str, str], int] = {}
         total: dict[str, int] = {}
         for d in fabric.devices.values():
@@ -259,7 +299,7 @@ class _BestRates:
             for model, count in self.total.items():
                 if count < job.gpus:
                     continue
-                consolidated = self.most_on_a_host[model] >= job.gpus
+                consolidated = not self.spread_penalty or self.most_on_a_host[model] >= job.gpus
                 try:
                     r = self.rates.rate(job.job_type, model, job.gpus, consolidated)
                 except ValueError:

@@ -135,6 +135,7 @@ class Metrics:
     jobs_failed: int
     jobs_cancelled: int
     jobs_unfinished: int
+    jobs_rejected: int
     jct: Distribution
     queueing: Distribution
     makespan_s: float | None
@@ -176,6 +177,7 @@ class Metrics:
                 "failed": self.jobs_failed,
                 "cancelled": self.jobs_cancelled,
                 "unfinished": self.jobs_unfinished,
+                "rejected": self.jobs_rejected,
             },
             "jct_s": self.jct.to_json(),
             "queueing_s": self.queueing.to_json(),
@@ -265,7 +267,7 @@ def _deadline_missed(job: JobOutcome, sim_end: float) -> bool:
     assert job.deadline is not None
     if _finished(job):
         return job.end is not None and job.end > job.deadline
-    if job.state in ("failed", "cancelled"):
+    if job.state in ("failed", "cancelled", "rejected"):
         return True
     return sim_end > job.deadline
 
@@ -348,6 +350,7 @@ def compute(result: SimResult) -> Metrics:
         jobs_failed=sum(1 for j in jobs if j.state == "failed"),
         jobs_cancelled=sum(1 for j in jobs if j.state == "cancelled"),
         jobs_unfinished=sum(1 for j in jobs if j.state == "unfinished"),
+        jobs_rejected=sum(1 for j in jobs if j.state == "rejected"),
         jct=jct,
         queueing=Distribution.of(
             [j.first_start - j.arrival for j in started if j.first_start is not None]

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 class JobOutcome:
     """One job's life in a simulation (times in seconds from the trace's start).
 
-    ``state`` is ``succeeded``, ``failed``, ``cancelled`` or ``unfinished`` (still queued or
-    running when the simulation stopped). ``first_start`` is None if it never ran; ``end``
-    is None unless it finished. ``run_s`` is the time it held devices (all attempts);
+    ``state`` is ``succeeded``, ``failed``, ``cancelled``, ``rejected`` (the fabric can never
+    run it) or ``unfinished`` (still queued or running when the simulation stopped).
+    ``first_start`` is None if it never ran; ``end`` is None unless it finished. ``run_s``
+    is the time it held devices (all attempts);
     ``device_s`` the device-seconds it held, per device model; ``energy_j`` the energy of
     its devices while it held them. ``alone_s`` is its run time alone on the fastest
     devices of the fabric for its gang (a lower bound on its JCT); ``preemptions`` counts
@@ -55,8 +56,9 @@ class JobOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """The fabric at time ``t``: devices busy (holding a job) of ``devices`` schedulable
-    or busy ones, power drawn (W), jobs queued and running, and busy devices per model."""
+    """The fabric at time ``t``: devices busy (running a job or a share of one) of all
+    ``devices`` of the fabric, power drawn (W), jobs queued and running, and busy devices
+    per model."""
 
     t: float
     busy: int
@@ -71,10 +73,9 @@ class Sample:
 class SimResult:
     """One simulation: its setup, every job's outcome, samples over time, and cost.
 
-    ``capacity`` counts devices per model; ``best_rate`` maps each job id to its
-    throughput (steps/s) alone on the fastest devices for its gang (for lower bounds);
-    ``wall_s`` is the real time the simulation took and ``events`` how many task events the
-    controller handled.
+    ``capacity`` counts devices per model; ``wall_s`` is the real time the simulation took
+    and ``events`` how many task events the controller handled; ``notes`` what a reader
+    should know (jobs the fabric could never run, for one).
     """
 
     policy: str

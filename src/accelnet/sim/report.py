@@ -90,6 +90,7 @@ def _rows(metrics: Sequence[Metrics]) -> list[list[Row]]:
         ("failed", "", lambda m: _int(m.jobs_failed)),
         ("cancelled", "", lambda m: _int(m.jobs_cancelled)),
         ("unfinished", "", lambda m: _int(m.jobs_unfinished)),
+        ("rejected (can never run here)", "", lambda m: _int(m.jobs_rejected)),
     ]
     times: list[Row] = [
         ("JCT avg", "s", lambda m: _num(m.jct.avg)),

@@ -278,13 +278,14 @@ class ThroughputModel:
         return max(self.rate(job_type, name, count) for name in names)
 
     def power_w(self, model: str, busy: bool, power_cap_w: float | None = None) -> float:
-        """Draw of one device of ``model``: ``max_w`` (or the cap below it) busy, else idle."""
+        """Draw of one device of ``model``: ``max_w`` (or the cap below it) busy, else idle.
+        A busy device never draws less than an idle one (a cap below idle cannot be met)."""
         m = device_model(model)
         if power_cap_w is not None:
             _check_cap(power_cap_w)
         if not busy:
             return m.idle_w
-        return m.max_w if power_cap_w is None else min(power_cap_w, m.max_w)
+        return m.max_w if power_cap_w is None else max(m.idle_w, min(power_cap_w, m.max_w))
 
     # -- computing a rate (once per distinct argument tuple) ------------------------------
 
