@@ -42,7 +42,8 @@ def simulate(
         str, typer.Option("--policy", help="policy, or several to compare: fifo,priority")
     ] = "fifo",
     round_s: Annotated[
-        float | None, typer.Option("--round", help="decide every N s as well (rounds)")
+        float | None,
+        typer.Option("--round", help="round length, s (round-based policies: default 360)"),
     ] = None,
     seed: Annotated[int, typer.Option(help="seed for generated traces and random faults")] = 0,
     out: Annotated[
@@ -87,8 +88,8 @@ def simulate(
     if not names:
         fail("--policy: give at least one policy", 2)
     try:
-        schedulers = [make_scheduler(n) for n in names]
         model = ThroughputModel.gavel(rates)
+        schedulers = [make_scheduler(n, model, round_s or 360.0) for n in names]
         jobs, notes = load_trace(trace, model, seed)
         faults = load_failures(failures) if failures is not None else []
         if mtbf_s is not None:  # in addition to the schedule's

@@ -106,6 +106,8 @@ class Controller:
         self._live: dict[str, JobRecord] = {}
         # the scheduler's state, kept by the events themselves (no rescan per decision)
         self.session = Session(self.scheduler, fabric, {}, self.tenants)
+        if isinstance(backend, SupportsProgress):
+            self.session.progress = backend.progress
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
         self._recover()
 

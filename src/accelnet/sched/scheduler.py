@@ -16,6 +16,7 @@ from typing import Any
 from accelnet.fabric import Fabric
 from accelnet.fabric.catalog import find_device_model
 from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
+from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
 from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, explain
@@ -49,6 +50,7 @@ class Scheduler:
         ordering: str | OrderingPolicy = "fifo",
         placement: str | PlacementStrategy = "best-fit",
         preemption: str | PreemptionRule = "none",
+        rates: RateFn | None = None,
         **params: Any,
     ) -> None:
         self.ordering = (
@@ -58,6 +60,7 @@ class Scheduler:
         self.preemption = (
             PREEMPTIONS.create(preemption) if isinstance(preemption, str) else preemption
         )
+        self.rates = rates  # steps/s per job, model and gang size (None: the jobs' hints)
         self._topology: Topology | None = None
         self._requests: dict[str, tuple[JobSpec, Rejection | None, Request]] = {}
 
@@ -144,6 +147,7 @@ class Scheduler:
                 queued=len(queued),
                 queued_ids=lambda: (j.id for j in queued),
                 time_shares=self.ordering.time_shares(snapshot),
+                info=JobInfo(snapshot.now, self.rates),
             )
         )
 
@@ -238,6 +242,7 @@ class Walk:
     time_shares: Mapping[str, Mapping[str, float]] | None = None
     keep_index: bool = False
     rest: Callable[[JobView], Sequence[JobView]] | None = None
+    info: JobInfo | None = None  # rates, service and progress at the decision's time
 
 
 class Reasons(Mapping[str, str]):

@@ -34,6 +34,7 @@ from sortedcontainers import SortedKeyList
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
 from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
+from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
@@ -72,6 +73,7 @@ class Session:
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
+        self.progress: ProgressFn | None = None  # the backend's progress reports, if any
         self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
 
     # ----- events ---------------------------------------------------------------------
@@ -217,6 +219,7 @@ class Session:
                     time_shares=shares,
                     keep_index=True,
                     rest=self._rest if self._keyed else None,
+                    info=JobInfo(now, scheduler.rates, self.progress),
                 )
             )
         finally:

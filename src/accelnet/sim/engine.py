@@ -27,6 +27,8 @@ from accelnet.runtime.controller import Controller, JobRejectedError
 from accelnet.runtime.store import MemoryStore, StoreError
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
 from accelnet.sim.backend import SimBackend
+from accelnet.sim.bounds import makespan_lp
+from accelnet.sim.policies import model_rates
 from accelnet.sim.records import JobOutcome, Sample, SimResult
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.workload import DeviceFailure, SimJob
@@ -72,7 +74,8 @@ class Simulation:
             seen.add(j.id)
         self.scheduler = scheduler
         self.rates = rates
-        self.round_s = round_s
+        # a round-based policy gets a decision at every round boundary
+        self.round_s = round_s if round_s is not None else getattr(scheduler, "round_s", None)
         self.seed = seed
         self.policy = policy or scheduler.ordering.name
         self.trace = trace
@@ -182,6 +185,7 @@ class Simulation:
             decisions=self.decisions,
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             notes=notes,
+            makespan_lp_s=makespan_lp(self.fabric, self.jobs, model_rates(self.rates)),
         )
         return result
 

@@ -21,7 +21,9 @@ Definitions:
 - *deadlines*: a finished job misses its deadline if it ended after it, a failed or
   cancelled one always, an unfinished one if the simulation ended past it.
 - *makespan_lb* = max(sum(alone_s * gpus) / devices, max(arrival + alone_s) - first
-  arrival); *jct_lb_avg* = mean(alone_s).
+  arrival, and the engine's LP bound ``result.makespan_lp_s`` when it has one: the fluid
+  allocation LP's makespan for the jobs arriving from some time on, plus that time);
+  *jct_lb_avg* = mean(alone_s).
 """
 
 from __future__ import annotations
@@ -341,6 +343,8 @@ def compute(result: SimResult) -> Metrics:
     with_deadline = [j for j in jobs if j.deadline is not None]
     devices = sum(result.capacity.values())
     makespan_lb = _bounds(finished, devices, first_arrival)
+    if makespan_lb is not None and result.makespan_lp_s is not None and len(finished) == len(jobs):
+        makespan_lb = max(makespan_lb, result.makespan_lp_s)
     jct_lb = sum(j.alone_s for j in finished) / len(finished) if finished else None
     jct = Distribution.of(jcts)
 

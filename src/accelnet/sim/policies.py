@@ -1,27 +1,32 @@
-"""Named scheduling policies for the simulator's ``--policy`` (and for comparing them).
-
-A policy name stands for a :class:`~accelnet.sched.Scheduler` configuration: the ordering
-policy, the placement strategy and the preemption rule. The live controller takes the very
-same objects. More policies come with the policies issue; each is one entry here.
-"""
+"""The scheduling policies the simulator offers: :mod:`accelnet.sched.policies`, with the
+simulator's throughput model as the policies' rates (what the live system learns from the
+jobs' hints)."""
 
 from __future__ import annotations
 
-from typing import Any
+from accelnet.sched import JobSpec, Scheduler
+from accelnet.sched.jobinfo import RateFn
+from accelnet.sched.policies import POLICY_NAMES
+from accelnet.sched.policies import make_scheduler as _make
+from accelnet.sim.throughput import ThroughputModel
 
-from accelnet.sched import Scheduler
-
-POLICIES: dict[str, dict[str, Any]] = {
-    "fifo": {"ordering": "fifo"},
-    "fifo-first-fit": {"ordering": "fifo", "placement": "first-fit"},
-    "priority": {"ordering": "priority"},
-    "priority-preempt": {"ordering": "priority", "preemption": "priority"},
-}
+__all__ = ["POLICY_NAMES", "make_scheduler", "model_rates"]
 
 
-def make_scheduler(name: str) -> Scheduler:
+def model_rates(model: ThroughputModel) -> RateFn:
+    """Policies' rates from the throughput model (a gang in one host)."""
+
+    def rate(spec: JobSpec, device_model: str, count: int) -> float:
+        try:
+            return model.rate(spec.workload.type or "generic", device_model, count)
+        except ValueError:  # a model the throughput model cannot rate
+            return 0.0
+
+    return rate
+
+
+def make_scheduler(
+    name: str, model: ThroughputModel | None = None, round_s: float = 360.0
+) -> Scheduler:
     """A fresh scheduler for policy ``name``; ValueError listing the known ones."""
-    config = POLICIES.get(name)
-    if config is None:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    return Scheduler(**config)
+    return _make(name, rates=model_rates(model) if model is not None else None, round_s=round_s)

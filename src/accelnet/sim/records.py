@@ -75,7 +75,8 @@ class SimResult:
 
     ``capacity`` counts devices per model; ``wall_s`` is the real time the simulation took
     and ``events`` how many task events the controller handled; ``notes`` what a reader
-    should know (jobs the fabric could never run, for one).
+    should know (jobs the fabric could never run, for one); ``makespan_lp_s`` a lower bound
+    on the makespan from the allocation LP (see :func:`accelnet.sim.bounds.makespan_lp`).
     """
 
     policy: str
@@ -91,3 +92,4 @@ class SimResult:
     decisions: int = 0
     peak_rss_mb: float = 0.0
     notes: list[str] = field(default_factory=list)
+    makespan_lp_s: float | None = None  # an LP lower bound on the makespan, if computed

@@ -1,0 +1,46 @@
+"""Named scheduling policies, each one configuration of the same scheduler core.
+
+``fifo``, ``priority`` (with aging), ``priority-preempt`` and ``fifo-first-fit`` order the
+queue; ``sjf``, ``srtf``, ``las``, ``hetero-fair``, ``hetero-jct`` and ``min-makespan`` work in
+rounds (:mod:`accelnet.sched.rounds`). The live controller and the simulator take the very
+same objects: ``make_scheduler(name, rates=..., round_s=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from accelnet.sched.jobinfo import RateFn
+from accelnet.sched.policies.hetero_fair import HeteroFair
+from accelnet.sched.policies.hetero_jct import HeteroJct
+from accelnet.sched.policies.min_makespan import MinMakespan
+from accelnet.sched.policies.ranked import Las, Sjf, Srtf
+from accelnet.sched.rounds import RoundPolicy, RoundScheduler
+from accelnet.sched.scheduler import Scheduler
+
+QUEUE_POLICIES: dict[str, dict[str, Any]] = {
+    "fifo": {"ordering": "fifo"},
+    "fifo-first-fit": {"ordering": "fifo", "placement": "first-fit"},
+    "priority": {"ordering": "priority"},
+    "priority-preempt": {"ordering": "priority", "preemption": "priority"},
+}
+ROUND_POLICIES: dict[str, Callable[[], RoundPolicy]] = {
+    "sjf": Sjf,
+    "srtf": Srtf,
+    "las": Las,
+    "hetero-fair": HeteroFair,
+    "hetero-jct": HeteroJct,
+    "min-makespan": MinMakespan,
+}
+POLICY_NAMES = (*QUEUE_POLICIES, *ROUND_POLICIES)
+
+
+def make_scheduler(name: str, rates: RateFn | None = None, round_s: float = 360.0) -> Scheduler:
+    """A fresh scheduler for policy ``name``; ValueError listing the known ones."""
+    if name in QUEUE_POLICIES:
+        return Scheduler(**QUEUE_POLICIES[name], rates=rates)
+    factory = ROUND_POLICIES.get(name)
+    if factory is None:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    return RoundScheduler(factory(), round_s=round_s, rates=rates)

@@ -1,0 +1,225 @@
+"""Round-based scheduling: an allocation per round, realised into placements.
+
+Heterogeneity-aware policies (Gavel, OSDI'20) think in *allocations*: ``X[j][m]``, the
+fraction of time job ``j`` should spend on device model ``m``. A :class:`RoundPolicy`
+computes one (an LP, a ranking...); a :class:`RoundScheduler` turns it into decisions the
+controller can apply, through the same :meth:`Scheduler.walk` every other policy uses, live
+and in the simulator:
+
+1. **Plan** (at the start of each round, ``round_s`` long, and again when jobs arrive or
+   leave): jobs are offered devices in the policy's order of (job, model) pairs. Gavel's
+   order is by ``X[j][m]`` over the fraction of time the job has received on ``m`` so far,
+   so jobs that are behind their allocation go first. A job takes the model of its first
+   pair that still has room for its gang. A job already running on that model keeps its
+   devices (no needless move).
+2. **Realise**: planned jobs that are not running start on free devices of their model
+   (topology-aware: the placement strategy chooses the exact devices). Running jobs that
+   are not in the plan, or are planned on another model, are preempted. That happens only
+   when a round begins; between rounds, new plans fill free devices and stop nothing.
+   Planned jobs waiting for preempted jobs' devices start when those are released; nothing
+   else takes those devices meanwhile.
+3. **Work conservation**: pairs with ``X = 0`` come last in the order, so devices no
+   allocated job can use go to whoever can use them, not idle.
+
+A job stopped at a round boundary is requeued (PREEMPTING, then ADMITTED), keeps its work
+if it is checkpointable, and pays the restart cost when it starts again, exactly as a
+priority preemption does.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from accelnet.sched.jobinfo import JobInfo, RateFn
+from accelnet.sched.jobstate import JobState
+from accelnet.sched.placement import explain
+from accelnet.sched.scheduler import Scheduler, Walk
+from accelnet.sched.snapshot import Decision, JobView, Preempt, Start
+
+Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
+
+
+@dataclass
+class RoundContext:
+    """What a round policy decides on.
+
+    ``jobs``: the active jobs (queued and running, not those being stopped), in queue
+    order; ``models``: the device models with schedulable devices; ``capacity``: such devices
+    per model; ``gang``: each job's device count; ``tput``: each job's gang rate (steps/s) per
+    model it may use (a model it may not use is absent); ``info``: service and progress;
+    ``round_s``: the round length.
+    """
+
+    jobs: list[JobView]
+    models: list[str]
+    capacity: dict[str, int]
+    gang: dict[str, int]
+    tput: dict[str, dict[str, float]]
+    info: JobInfo
+    round_s: float
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def received(self, job: JobView, model: str) -> float:
+        """Fraction of its life the job has run on ``model``."""
+        age = self.info.age(job)
+        if age <= 0:
+            return 0.0
+        gang = max(1, self.gang[job.id])
+        return self.info.attained_on(job, model) / gang / age
+
+
+class RoundPolicy(ABC):
+    """Computes an allocation (and, if it wants, its own order of (job, model) pairs).
+    ``preemptive``: whether a new round may stop running jobs (else they run to the end)."""
+
+    name = "?"
+    preemptive = True
+
+    @abstractmethod
+    def allocate(self, ctx: RoundContext) -> Allocation:
+        """``X[j][m]`` >= 0 with ``sum_m X[j][m] <= 1`` and, per model,
+        ``sum_j X[j][m] * gang_j <= capacity_m``."""
+
+    def order(self, ctx: RoundContext, x: Allocation) -> list[tuple[str, str]]:
+        """(job, model) pairs, most deserving first; by default Gavel's priority:
+        ``X[j][m]`` over the fraction of time received on ``m`` (never received: first),
+        then the allocation, then queue order. Pairs with ``X = 0`` come last, by rate."""
+        ranked: list[tuple[tuple[float, ...], str, str]] = []
+        for pos, job in enumerate(ctx.jobs):
+            for model, rate in ctx.tput[job.id].items():
+                share = x.get(job.id, {}).get(model, 0.0)
+                if share > 1e-9:
+                    got = ctx.received(job, model)
+                    prio = share / got if got > 1e-9 else math.inf
+                    ranked.append(((0.0, -prio, -share, pos), job.id, model))
+                elif rate > 0:
+                    ranked.append(((1.0, float(pos), -rate, 0.0), job.id, model))
+        ranked.sort(key=lambda r: r[0])
+        return [(j, m) for _, j, m in ranked]
+
+
+class RoundScheduler(Scheduler):
+    """A :class:`Scheduler` whose decisions realise a round policy's allocations."""
+
+    def __init__(
+        self,
+        policy: RoundPolicy,
+        placement: str = "best-fit",
+        round_s: float = 360.0,
+        rates: RateFn | None = None,
+    ) -> None:
+        if not round_s > 0:
+            raise ValueError(f"round_s must be > 0, got {round_s}")
+        super().__init__("fifo", placement, "none", rates=rates)
+        self.policy = policy
+        self.round_s = round_s
+        self._round = -1
+        self._active: frozenset[str] = frozenset()
+        self._plan: dict[str, str] = {}  # job -> model, for the current round
+        self._x: Allocation = {}
+
+    def walk(self, w: Walk) -> Decision:
+        """Plan (when a round begins or the jobs changed) and realise the plan."""
+        info = w.info or JobInfo(0.0, self.rates)
+        topo, index = w.topo, w.index
+        running = [j for j in w.running if j.state in (JobState.STARTING, JobState.RUNNING)]
+        stopping = [j.id for j in w.running if j.state is JobState.PREEMPTING]
+        queued = list(w.ordered)
+        jobs = running + queued
+        self._forget(w.queued, w.queued_ids)
+        waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
+        if not jobs:
+            self._plan, self._active = {}, frozenset()
+            return Decision((), (), waiting, {})
+        round_no = math.floor(info.now / self.round_s)
+        new_round = round_no != self._round
+        # a job being stopped is still one of the jobs: its requeueing changes no plan
+        active = frozenset(j.id for j in jobs) | frozenset(stopping)
+        ctx = self._context(jobs, info, w)
+        preemptive = new_round and self.policy.preemptive
+        if new_round or active != self._active:
+            self._x = self.policy.allocate(ctx)
+            keep: dict[str, str] = {}
+            if not preemptive:  # between rounds: running jobs and earlier plans stand
+                keep = {j.id: j.placement.model for j in running if j.placement is not None}
+                keep.update((j.id, self._plan[j.id]) for j in queued if j.id in self._plan)
+            self._plan = self._make_plan(ctx, self._x, keep)
+            self._round, self._active = round_no, active
+        preemptions: list[Preempt] = []
+        if preemptive:
+            for job in running:
+                planned = self._plan.get(job.id)
+                moved = job.placement is not None and planned != job.placement.model
+                if moved and job.state is JobState.RUNNING:
+                    preemptions.append(Preempt(job.id, "", self._why(job, planned)))
+        starts: list[Start] = []
+        for job in queued:
+            model = self._plan.get(job.id)
+            never, req = self.request(job, topo)
+            if never is not None:
+                waiting[job.id] = f"can never run here: {never.message}"
+                continue
+            if model is None:
+                waiting[job.id] = f"{self.policy.name}: not planned to run this round"
+                continue
+            mine = replace(req, classes=tuple(c for c in req.classes if c.model.name == model))
+            placed = self.placement.place(mine, index)
+            if placed is None:
+                waiting[job.id] = f"planned on {model}: {explain(mine, index)}"
+                continue
+            index.take_all(placed.devices, placed.share)
+            starts.append(Start(job.id, placed))
+        shares = {j: dict(m) for j, m in self._x.items()}
+        return Decision(tuple(starts), tuple(preemptions), waiting, shares)
+
+    def _why(self, job: JobView, planned: str | None) -> str:
+        where = "not planned this round" if planned is None else f"moved to {planned}"
+        return f"{self.policy.name} round: {where}"
+
+    def _context(self, jobs: list[JobView], info: JobInfo, w: Walk) -> RoundContext:
+        topo, index = w.topo, w.index
+        capacity: dict[str, int] = {}
+        for dev, cls in topo.class_of.items():
+            if dev in index.schedulable:
+                capacity[cls.model.name] = capacity.get(cls.model.name, 0) + 1
+        models = sorted(capacity)
+        gang: dict[str, int] = {}
+        tput: dict[str, dict[str, float]] = {}
+        for job in jobs:
+            n = job.spec.resources.accelerators.count
+            gang[job.id] = n
+            _, req = self.request(job, topo)
+            allowed = {c.model.name for c in req.classes}
+            tput[job.id] = {m: info.rate(job, m, n) for m in models
+                            if m in allowed and capacity[m] >= n}  # fmt: skip
+        weights = {}
+        if w.tenants:
+            for job in jobs:
+                tenant = w.tenants.get(job.spec.tenant)
+                weights[job.id] = tenant.weight if tenant is not None else 1.0
+        return RoundContext(jobs, models, capacity, gang, tput, info, self.round_s, weights)
+
+    def _make_plan(
+        self, ctx: RoundContext, x: Allocation, keep: Mapping[str, str]
+    ) -> dict[str, str]:
+        """Greedy: each job takes the model of its first pair with room for its gang.
+        ``keep``: jobs that keep their model (between rounds: the running ones and those
+        planned before). A running job whose first fitting pair is its current model keeps
+        its devices."""
+        room = dict(ctx.capacity)
+        plan: dict[str, str] = {}
+        for jid, model in keep.items():
+            if jid in ctx.gang:
+                plan[jid] = model
+                room[model] = room.get(model, 0) - ctx.gang[jid]
+        for jid, model in self.policy.order(ctx, x):
+            if jid in plan:
+                continue
+            need = ctx.gang[jid]
+            if room.get(model, 0) >= need:
+                plan[jid] = model
+                room[model] -= need
+        return plan
