@@ -6,6 +6,12 @@ devices split evenly among the jobs, at most all of the job's time), and divided
 tenant's weight. The LP maximises the smallest normalised throughput; a second LP then
 maximises the total, keeping every job at that level (so capacity the fairness bound does
 not need is not left idle). Solved with HiGHS.
+
+Jobs alike (the same rates on every model, gang and weight) form one *class*: the LP has
+one column per class and model (``y``, the class's summed time fractions, at most its
+size) and each member gets ``y / size``. By symmetry and convexity the optimum is the same
+as with a column per job, and a round of thousands of jobs is an LP of a few hundred
+columns.
 """
 
 from __future__ import annotations
@@ -40,16 +46,26 @@ class HeteroFair(RoundPolicy):
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         """See :class:`RoundPolicy`."""
-        p = pairs_of(ctx)
+        fair = equal_share(ctx)
+        members: dict[tuple[object, ...], list[str]] = {}
+        for job in ctx.jobs:
+            key = (tuple(sorted(ctx.tput[job.id].items())), ctx.gang[job.id],
+                   ctx.weights.get(job.id, 1.0))  # fmt: skip
+            members.setdefault(key, []).append(job.id)
+        reps = {ids[0]: ids for ids in members.values()}
+        sub = RoundContext([j for j in ctx.jobs if j.id in reps], ctx.models, ctx.capacity,
+                           ctx.gang, ctx.tput, ctx.info, ctx.round_s, ctx.weights)  # fmt: skip
+        p = pairs_of(sub)
         if p.n == 0:
             return {}
-        fair = equal_share(ctx)
+        size = np.array([float(len(reps[j])) for j in p.jobs])
+        p.b_shared[: len(p.jobs)] = size  # a class has as much time as it has members
         norm = np.array(
-            [1.0 / max(1e-12, fair[p.jobs[i]] * ctx.weights.get(p.jobs[i], 1.0))
+            [1.0 / max(1e-12, fair[p.jobs[i]] * ctx.weights.get(p.jobs[i], 1.0) * size[i])
              for i, _ in p.pairs]
         )  # fmt: skip
-        coef = p.rate * norm
-        level_rows = job_rows(p, coef)  # normalised throughput of each job
+        coef = p.rate * norm  # a class's columns hold its members' summed time
+        level_rows = job_rows(p, coef)  # normalised throughput of each member
         jobs = len(p.jobs)
         # stage 1: maximise t s.t. level_j >= t  <=>  t - level_j <= 0
         a = stack(
@@ -59,12 +75,19 @@ class HeteroFair(RoundPolicy):
         b = np.concatenate([p.b_shared, np.zeros(jobs)])
         c = np.zeros(p.n + 1)
         c[-1] = -1.0
-        v = solve(c, a, b, [(0.0, 1.0)] * p.n + [(0.0, None)])
+        v = solve(c, a, b, [(0.0, size[i]) for i, _ in p.pairs] + [(0.0, None)])
         if v is None:
             return {}
         t = v[-1] * (1 - 1e-6)
         # stage 2: the most total normalised throughput with every job at level t or more
         a2 = stack(p.a_shared, -level_rows)
         b2 = np.concatenate([p.b_shared, -np.full(jobs, t)])
-        v2 = solve(-coef, a2, b2, [(0.0, 1.0)] * p.n)
-        return allocation(p, v2 if v2 is not None else v)
+        col_size = size[[i for i, _ in p.pairs]]
+        v2 = solve(-coef * col_size, a2, b2, [(0.0, n) for n in col_size])
+        best = v2 if v2 is not None else v[: p.n]
+        y = allocation(p, best[: p.n] / col_size)  # each member's share
+        out: dict[str, dict[str, float]] = {}
+        for rep, share in y.items():
+            for jid in reps[rep]:
+                out[jid] = dict(share)
+        return out

@@ -1,0 +1,249 @@
+"""Scheduling policies compared: Gavel's traces beside Gavel's figures, JCT against load,
+and the LP policies' solve time at scale.
+
+1. **Gavel's traces** on ``gavel-48`` (8 V100 + 16 P100 + 24 K80, one GPU per server),
+   360 s rounds for round-based policies, every policy of ``--policies``, in two settings.
+   *As Gavel*: no spread penalty (Gavel's simulator runs a gang spread over servers at the
+   one-host rate) and no restart cost (it has none). *accelnet default*: the measured spread
+   penalty and a 30 s warm-up after every restart. Gavel's figures from
+   ``../shared/data/README.md`` are printed beside the first setting.
+2. **Average JCT against load** (Gavel's Fig. 8): Gavel-style generated workloads
+   (``gavel-gen``, ``--jobs`` jobs, seeded) on ``gavel-48`` at each rate of ``--rates``
+   (jobs per hour), every policy, *as Gavel*; plotted to
+   ``bench/results/policy_jct_vs_rate.png``.
+3. **LP solve time**: one round's allocation for 5,000 active jobs (Gavel's job types and
+   gang-size mix, seeded) on 2,048 GPUs (683 V100 + 683 P100 + 682 K80), median of
+   ``--repeats``, for each LP policy.
+
+Run from the project root (needs ``../shared/data`` for part 1)::
+
+    .venv/bin/python bench/policy_bench.py [--rates 1,2,3,4,5,6] [--jobs 200] [--repeats 5]
+
+It prints tables and writes ``bench/results/policies.json``. About 5 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from accelnet.fabric import load_fabric
+from accelnet.sched import JobSpec, JobState, JobView
+from accelnet.sched.jobinfo import JobInfo
+from accelnet.sched.policies import ROUND_POLICIES
+from accelnet.sched.rounds import RoundContext
+from accelnet.sim.engine import Simulation
+from accelnet.sim.metrics import compute
+from accelnet.sim.policies import make_scheduler, model_rates
+from accelnet.sim.throughput import ThroughputModel
+from accelnet.sim.traces import load_trace
+from benchutil import source_state, src_label, write_json
+
+ROOT = Path(__file__).resolve().parent
+TRACES = ROOT.parent.parent / "shared" / "data" / "gavel" / "traces"
+RESULTS = ROOT / "results" / "policies.json"
+PLOT = ROOT / "results" / "policy_jct_vs_rate.png"
+POLICIES = "fifo,las,srtf,sjf,hetero-fair,hetero-jct,min-makespan"
+GAVEL = {  # ../shared/data/README.md: Gavel's simulator, round 360 s, seed 0
+    "max_min_fairness.trace": {
+        "fifo": (35905, 196524),
+        "max_min_fairness (LAS)": (19989, 77141),
+        "max_min_fairness_perf": (14623, 63945),
+        "gandiva": (17379, 67405),
+        "finish_time_fairness_perf": (15010, 64971),
+    },
+    "minimize_makespan.trace": {
+        "min_total_duration_perf": (None, 64721),
+        "min_total_duration": (None, 76635),
+        "fifo": (None, 274228),
+    },
+}
+SETTINGS = {"as Gavel": {"spread_penalty": False, "restart_s": 0.0},
+            "accelnet default": {"spread_penalty": True, "restart_s": 30.0}}  # fmt: skip
+
+
+def simulate(
+    model: ThroughputModel, trace: str, policy: str, seed: int, setting: dict[str, Any]
+) -> dict[str, Any]:
+    """One simulation on gavel-48: its main figures."""
+    jobs, _ = load_trace(trace, model, seed)
+    sim = Simulation(load_fabric("gavel-48"), jobs, make_scheduler(policy, model), model,
+                     seed=seed, policy=policy, **setting)  # fmt: skip
+    m = compute(sim.run()).to_json()
+    return {
+        "avg_jct_s": m["jct_s"]["avg"],
+        "makespan_s": m["makespan_s"],
+        "utilization": m["utilization"],
+        "rho_avg": m["fairness"]["rho_avg"],
+        "rho_max": m["fairness"]["rho_max"],
+        "preemptions": m["preemptions"],
+        "jct_lb_avg_s": m["bounds"]["jct_lb_avg_s"],
+        "makespan_lb_s": m["bounds"]["makespan_lb_s"],
+        "wall_s": m["cost"]["wall_s"],
+        "unfinished": m["jobs"]["unfinished"],
+    }
+
+
+def lp_context(model: ThroughputModel, jobs: int, seed: int) -> RoundContext:
+    """A round with ``jobs`` active jobs on 2,048 GPUs of three models."""
+    rng = random.Random(seed)
+    rates = model_rates(model)
+    types = model.job_types()
+    views = []
+    for i in range(jobs):
+        gang = rng.choices([1, 2, 4, 8], weights=[70, 10, 15, 5])[0]
+        spec = JobSpec.model_validate({
+            "name": f"j{i}", "run": "simulated", "resources": {"accelerators": f"any:{gang}"},
+            "workload": {"type": rng.choice(types), "total_steps": rng.uniform(1e3, 1e6)},
+        })  # fmt: skip
+        views.append(JobView(f"j{i}", spec, JobState.ADMITTED, rng.uniform(0, 3600)))
+    capacity = {"V100": 683, "P100": 683, "K80": 682}
+    info = JobInfo(3600.0, rates)
+    gang_of = {v.id: v.spec.resources.accelerators.count for v in views}
+    tput = {v.id: {m: info.rate(v, m) for m in capacity} for v in views}
+    return RoundContext(views, sorted(capacity), capacity, gang_of, tput, info, 360.0)
+
+
+def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    if not TRACES.exists():
+        sys.exit(f"{TRACES} is missing: part 1 needs Gavel's traces")
+    model = ThroughputModel.gavel()
+    policies = [p.strip() for p in args.policies.split(",")]
+    rates = [float(r) for r in args.rates.split(",")]
+    lp_names = [p for p in ("hetero-fair", "min-makespan", "hetero-jct") if p in ROUND_POLICIES]
+    total = len(GAVEL) * len(SETTINGS) * len(policies) + len(rates) * len(policies) + len(lp_names)
+    gavel: dict[str, Any] = {}
+    load: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:  # fmt: skip
+        task = progress.add_task("simulations", total=total)
+        for trace in GAVEL:
+            for setting, params in SETTINGS.items():
+                for policy in policies:
+                    progress.update(task, description=f"{trace}, {setting}, {policy}")
+                    gavel.setdefault(trace, {}).setdefault(setting, {})[policy] = simulate(
+                        model, str(TRACES / trace), policy, 0, params
+                    )
+                    progress.advance(task)
+        for rate in rates:
+            lam = 3600.0 / rate
+            for policy in policies:
+                progress.update(task, description=f"{rate:g} jobs/h, {policy}")
+                r = simulate(model, f"gavel-gen:n={args.jobs},lam={lam}", policy, args.seed,
+                             SETTINGS["as Gavel"])  # fmt: skip
+                load[policy].append({"jobs_per_hour": rate, **r})
+                progress.advance(task)
+        solve: dict[str, Any] = {}
+        ctx = lp_context(model, 5000, args.seed)
+        for name in lp_names:
+            progress.update(task, description=f"LP solve time, {name}")
+            times = []
+            for _ in range(args.repeats):
+                policy = ROUND_POLICIES[name]()
+                t0 = time.perf_counter()
+                policy.allocate(ctx)
+                times.append(time.perf_counter() - t0)
+            solve[name] = {"median_s": statistics.median(times), "runs_s": times}
+            progress.advance(task)
+    plot(load)
+    return {
+        "schema": "accelnet.bench.policies/v1",
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "bench/policy_bench.py " + shlex.join(sys.argv[1:]),
+        "source": source_state(),
+        "settings": SETTINGS,
+        "gavel_traces": gavel,
+        "gavel_reference": reference(),
+        "load": load,
+        "jobs_per_load_point": args.jobs,
+        "lp_solve_5000_jobs_2048_gpus": solve,
+    }
+
+
+def reference() -> dict[str, Any]:
+    """Gavel's figures as JSON."""
+    return {
+        trace: {p: {"avg_jct_s": jct, "makespan_s": span} for p, (jct, span) in runs.items()}
+        for trace, runs in GAVEL.items()
+    }
+
+
+def plot(load: dict[str, list[dict[str, Any]]]) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.8, 4.4))
+    ax = fig.add_subplot()
+    for policy, rows in load.items():
+        ax.plot([r["jobs_per_hour"] for r in rows], [r["avg_jct_s"] / 3600 for r in rows],
+                "o-", label=policy)  # fmt: skip
+    ax.set_xlabel("input job rate (jobs / hour)")
+    ax.set_ylabel("average JCT (hours)")
+    ax.set_title("gavel-48, Gavel-style generated jobs (as Gavel: no spread penalty)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=120)
+
+
+def report(result: dict[str, Any], console: Console) -> None:
+    for trace, settings in result["gavel_traces"].items():
+        t = Table(title=f"gavel-48, {trace}")
+        for col in ("setting", "policy", "avg JCT (s)", "makespan (s)", "utilization",
+                    "rho avg / max", "preemptions", "JCT lb", "makespan lb"):  # fmt: skip
+            t.add_column(col, justify="right")
+        for setting, runs in settings.items():
+            for policy, r in runs.items():
+                t.add_row(setting, policy, f"{r['avg_jct_s']:,.0f}", f"{r['makespan_s']:,.0f}",
+                          f"{r['utilization']:.3f}", f"{r['rho_avg']:.3f} / {r['rho_max']:.3f}",
+                          f"{r['preemptions']:,}", f"{r['jct_lb_avg_s']:,.0f}",
+                          f"{r['makespan_lb_s']:,.0f}")  # fmt: skip
+        for policy, ref in result["gavel_reference"][trace].items():
+            jct = ref["avg_jct_s"]
+            t.add_row("Gavel", policy, f"{jct:,}" if jct else "", f"{ref['makespan_s']:,}",
+                      "", "", "", "", "")  # fmt: skip
+        console.print(t)
+    t = Table(title=f"average JCT (s) vs load ({result['jobs_per_load_point']} jobs per point)")
+    policies = list(result["load"])
+    t.add_column("jobs/h", justify="right")
+    for p in policies:
+        t.add_column(p, justify="right")
+    rates = [r["jobs_per_hour"] for r in result["load"][policies[0]]]
+    for i, rate in enumerate(rates):
+        t.add_row(f"{rate:g}", *(f"{result['load'][p][i]['avg_jct_s']:,.0f}" for p in policies))
+    console.print(t)
+    for name, r in result["lp_solve_5000_jobs_2048_gpus"].items():
+        console.print(f"LP round, 5,000 jobs on 2,048 GPUs, {name}: {r['median_s']:.3f} s median")
+    console.print(f"src {src_label(result['source'])}; plot: {PLOT}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policies", default=POLICIES)
+    parser.add_argument("--rates", default="1,2,3,4,5,6", help="jobs per hour")
+    parser.add_argument("--jobs", type=int, default=200, help="jobs per load point")
+    parser.add_argument("--repeats", type=int, default=5, help="LP solve repeats")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console()
+    result = run(args, console)
+    write_json(result, args.out)
+    report(result, console)
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
