@@ -21,6 +21,9 @@ and in the simulator:
 3. **Work conservation**: pairs with ``X = 0`` come last in the order, so devices no
    allocated job can use go to whoever can use them, not idle.
 
+Unlike the queue policies, a round scheduler keeps state between decisions: the round's
+plan and each job's time per model in the current accounting window (:class:`Window`).
+
 A job stopped at a round boundary is requeued (PREEMPTING, then ADMITTED), keeps its work
 if it is checkpointable, and pays the restart cost when it starts again, exactly as a
 priority preemption does.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from accelnet.sched.jobinfo import JobInfo, RateFn
@@ -61,14 +64,49 @@ class RoundContext:
     info: JobInfo
     round_s: float
     weights: dict[str, float] = field(default_factory=dict)
+    window: Window | None = None
 
     def received(self, job: JobView, model: str) -> float:
-        """Fraction of its life the job has run on ``model``."""
+        """Fraction of the recent past (the current accounting window, or its life) the
+        job has run on ``model``."""
+        if self.window is not None:
+            return self.window.fraction(job, model, self.info.now)
         age = self.info.age(job)
         if age <= 0:
             return 0.0
         gang = max(1, self.gang[job.id])
         return self.info.attained_on(job, model) / gang / age
+
+
+class Window:
+    """Time each job ran on each model since the window opened; reopened every
+    ``reset_s`` (Gavel resets its counters every 1,920 s, so a job's priority reflects
+    what it received lately, not its whole life)."""
+
+    def __init__(self, reset_s: float) -> None:
+        self.reset_s = reset_s
+        self.opened = 0.0
+        self.last = 0.0
+        self.time: dict[tuple[str, str], float] = {}
+
+    def advance(self, now: float, running: Sequence[JobView]) -> None:
+        """Count the time since the last call for the jobs running now; reopen if due."""
+        if now - self.opened >= self.reset_s:
+            self.opened, self.last, self.time = now, now, {}
+            return
+        dt = now - self.last
+        self.last = now
+        if dt <= 0:
+            return
+        for job in running:
+            if job.placement is not None and job.state is JobState.RUNNING:
+                key = (job.id, job.placement.model)
+                self.time[key] = self.time.get(key, 0.0) + dt
+
+    def fraction(self, job: JobView, model: str, now: float) -> float:
+        """Share of the window (since the job arrived, if later) it ran on ``model``."""
+        span = now - max(self.opened, job.submitted_at)
+        return self.time.get((job.id, model), 0.0) / span if span > 0 else 0.0
 
 
 class RoundPolicy(ABC):
@@ -110,6 +148,7 @@ class RoundScheduler(Scheduler):
         placement: str = "best-fit",
         round_s: float = 360.0,
         rates: RateFn | None = None,
+        reset_s: float = 1920.0,
     ) -> None:
         if not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
@@ -120,6 +159,7 @@ class RoundScheduler(Scheduler):
         self._active: frozenset[str] = frozenset()
         self._plan: dict[str, str] = {}  # job -> model, for the current round
         self._x: Allocation = {}
+        self.window = Window(reset_s)
 
     def walk(self, w: Walk) -> Decision:
         """Plan (when a round begins or the jobs changed) and realise the plan."""
@@ -135,6 +175,7 @@ class RoundScheduler(Scheduler):
             self._plan, self._active = {}, frozenset()
             return Decision((), (), waiting, {})
         round_no = math.floor(info.now / self.round_s)
+        self.window.advance(info.now, running)
         new_round = round_no != self._round
         # a job being stopped is still one of the jobs: its requeueing changes no plan
         active = frozenset(j.id for j in jobs) | frozenset(stopping)
@@ -200,7 +241,9 @@ class RoundScheduler(Scheduler):
             for job in jobs:
                 tenant = w.tenants.get(job.spec.tenant)
                 weights[job.id] = tenant.weight if tenant is not None else 1.0
-        return RoundContext(jobs, models, capacity, gang, tput, info, self.round_s, weights)
+        return RoundContext(
+            jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window
+        )
 
     def _make_plan(
         self, ctx: RoundContext, x: Allocation, keep: Mapping[str, str]

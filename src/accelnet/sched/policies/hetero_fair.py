@@ -25,7 +25,9 @@ from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
 def equal_share(ctx: RoundContext) -> dict[str, float]:
     """Each job's throughput from an equal share of every model (time fractions scaled so
-    that a job never gets more than all of its time)."""
+    that a job never gets more than all of its time), per device of its gang: as in
+    Gavel's formulation, a job's level counts its gang size, so a gang is not held to the
+    level of a single-device job."""
     n = max(1, len(ctx.jobs))
     share = {m: ctx.capacity[m] / n for m in ctx.models}
     out: dict[str, float] = {}
@@ -35,7 +37,7 @@ def equal_share(ctx: RoundContext) -> dict[str, float]:
         time = {m: share[m] / gang for m in rates}
         total = sum(time.values())
         scale = 1.0 / total if total > 1.0 else 1.0
-        out[job.id] = sum(rates[m] * time[m] * scale for m in rates)
+        out[job.id] = sum(rates[m] * time[m] * scale for m in rates) / gang
     return out
 
 

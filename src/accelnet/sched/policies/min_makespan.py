@@ -33,8 +33,8 @@ def remaining_steps(ctx: RoundContext) -> dict[str, float]:
     """Each job's remaining steps; unknown ones get the median known remaining time at
     their best rate (1 step if nothing is known)."""
     known = {j.id: r for j in ctx.jobs if (r := ctx.info.remaining(j)) is not None}
-    times = [r / max(ctx.tput[jid].values(), default=1.0) for jid, r in known.items()
-             if ctx.tput[jid]]  # fmt: skip
+    best = {jid: max(ctx.tput[jid].values(), default=0.0) for jid in known}
+    times = [r / best[jid] for jid, r in known.items() if best[jid] > 0]
     typical = statistics.median(times) if times else 1.0
     out = {}
     for job in ctx.jobs:
