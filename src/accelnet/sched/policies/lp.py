@@ -36,8 +36,10 @@ class Pairs:
 
 
 def pairs_of(ctx: RoundContext) -> Pairs:
-    """The columns and the shared rows of ``ctx``."""
-    jobs = [j.id for j in ctx.jobs]
+    """The columns and the shared rows of ``ctx``. Jobs that can run on no model here (no
+    positive rate) are left out: a row they could never satisfy would hold every other
+    job's level at zero."""
+    jobs = [j.id for j in ctx.jobs if any(r > 0 for r in ctx.tput[j.id].values())]
     pairs: list[tuple[int, str]] = []
     rate: list[float] = []
     for i, jid in enumerate(jobs):

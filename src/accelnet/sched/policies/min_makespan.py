@@ -33,14 +33,13 @@ def remaining_steps(ctx: RoundContext) -> dict[str, float]:
     """Each job's remaining steps; unknown ones get the median known remaining time at
     their best rate (1 step if nothing is known)."""
     known = {j.id: r for j in ctx.jobs if (r := ctx.info.remaining(j)) is not None}
-    best = {jid: max(ctx.tput[jid].values(), default=0.0) for jid in known}
-    times = [r / best[jid] for jid, r in known.items() if best[jid] > 0]
+    fastest = {j.id: max(ctx.tput[j.id].values(), default=0.0) for j in ctx.jobs}
+    times = [r / fastest[jid] for jid, r in known.items() if fastest[jid] > 0]
     typical = statistics.median(times) if times else 1.0
     out = {}
     for job in ctx.jobs:
         r = known.get(job.id)
-        best = max(ctx.tput[job.id].values(), default=1.0)
-        out[job.id] = max(1e-9, r if r is not None else typical * best)
+        out[job.id] = max(1e-9, r if r is not None else typical * (fastest[job.id] or 1.0))
     return out
 
 
