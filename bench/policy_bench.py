@@ -17,7 +17,7 @@ and the LP policies' solve time at scale.
 
 Run from the project root (needs ``../shared/data`` for part 1)::
 
-    .venv/bin/python bench/policy_bench.py [--rates 1,2,3,4,5,6] [--jobs 200] [--repeats 5]
+    .venv/bin/python bench/policy_bench.py [--rates 0.5,1,1.5,2,3] [--jobs 100] [--repeats 5]
 
 It prints tables and writes ``bench/results/policies.json``. About 5 minutes on 2 cores.
 """
@@ -232,8 +232,8 @@ def report(result: dict[str, Any], console: Console) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", default=POLICIES)
-    parser.add_argument("--rates", default="1,2,3,4,5,6", help="jobs per hour")
-    parser.add_argument("--jobs", type=int, default=200, help="jobs per load point")
+    parser.add_argument("--rates", default="0.5,1,1.5,2,3", help="jobs per hour")
+    parser.add_argument("--jobs", type=int, default=100, help="jobs per load point")
     parser.add_argument("--repeats", type=int, default=5, help="LP solve repeats")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
