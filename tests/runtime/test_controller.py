@@ -174,3 +174,18 @@ def test_output_while_running_and_after_and_why_a_job_waits(tmp_path: Path) -> N
     assert (logs / f"{busy[0].id}.1.0.out").exists()
     # a task that wrote nothing leaves no file behind (creating files is slow)
     assert not list(logs.glob(f"{queued.id}.*")) and not (logs / f"{busy[0].id}.1.0.err").exists()
+
+
+def test_a_round_policy_runs_live_on_worker_processes(tmp_path: Path) -> None:
+    from accelnet.sched.policies import make_scheduler
+
+    sched = make_scheduler("las", round_s=0.2)
+    spec = {"run": "sleep 0.3", "resources": {"accelerators": "L4:1"}}
+    with accelnet.local(fabric="pcie-4xL4", workdir=tmp_path, scheduler=sched) as cluster:
+        jobs = [cluster.submit_spec(JobSpec.model_validate({"name": f"j{i}", **spec}))
+                for i in range(6)]  # fmt: skip
+        records = [j.wait(timeout=60) for j in jobs]
+    assert all(r.state is JobState.SUCCEEDED for r in records)
+    # four devices, six jobs: two waited for a device, and a round scheduler placed them
+    assert sorted(r.attempts for r in records) == [1] * 6
+    assert all(r.attained and r.attained[0][0] == "L4" for r in records)

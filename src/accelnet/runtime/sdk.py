@@ -142,11 +142,17 @@ class LocalCluster:
             self._tmp.cleanup()
 
     def _loop(self) -> None:
+        controller = self.controller
+        round_s: float | None = getattr(controller.scheduler, "round_s", None)
+        next_round = controller.clock.now() + round_s if round_s else None
         try:
             while not self._stop.is_set():
                 events = self.backend.poll(0.02)  # wait without holding the lock
                 with self._lock:
-                    changed = self.controller.apply(events)
+                    if next_round is not None and round_s and controller.clock.now() >= next_round:
+                        controller.wake()  # a round-based policy decides at every round
+                        next_round += round_s
+                    changed = controller.apply(events)
                 if changed:
                     with self._changed:
                         self._changed.notify_all()
