@@ -283,3 +283,29 @@ def test_fifo_keeps_the_short_job_behind_the_long_one_in_the_simulator() -> None
     result = Simulation(ONE_V100, jobs, make_scheduler("fifo", TOY), TOY).run()
     out = {o.id: o for o in result.jobs}
     assert out["short"].first_start == out["long"].end == 20_000.0
+
+
+def test_round_plans_keep_tenants_within_their_quotas() -> None:
+    from accelnet.sched import Tenant
+
+    fab = fabric(("v", "2xV100"), ("k", "2xK80"))
+    table = {f"{t}{i}": {"V100": 4.0, "K80": 1.0} for t in "ab" for i in range(3)}
+    sched = RoundScheduler(HeteroFair(), round_s=100, rates=rates_of(table))
+    jobs = []
+    for i in range(3):
+        for t in "ab":
+            v = job(f"{t}{i}", float(i), 100.0)
+            jobs.append(replace(v, spec=v.spec.model_copy(update={"tenant": t})))
+    tenants = {"a": Tenant("a", quota={"V100": 1}), "b": Tenant("b", quota={"*": 2})}
+    decision = sched.decide(Snapshot.all_ready(fab, tuple(jobs), now=1.0, tenants=tenants))
+    used: dict[tuple[str, str], int] = {}
+    for s in decision.starts:
+        tenant = s.job[0]
+        used[tenant, s.placement.model] = used.get((tenant, s.placement.model), 0) + 1
+    assert used.get(("a", "V100"), 0) <= 1  # even with a V100 left idle
+    assert sum(n for (t, _), n in used.items() if t == "b") <= 2
+    assert decision.starts  # quotas limit, they do not stop everything
+    stranger = replace(jobs[0], id="c0", spec=jobs[0].spec.model_copy(update={"tenant": "c"}))
+    table["c0"] = table["a0"]
+    lone = sched.decide(Snapshot.all_ready(fab, (stranger,), now=500.0, tenants=tenants))
+    assert lone.starts == ()  # a tenant that is not known does not run

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import explain
-from accelnet.sched.scheduler import Scheduler, Walk
-from accelnet.sched.snapshot import Decision, JobView, Preempt, Start
+from accelnet.sched.scheduler import Scheduler, Walk, _canonical_quota
+from accelnet.sched.snapshot import Decision, JobView, Preempt, Start, Tenant
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
 
@@ -65,6 +65,7 @@ class RoundContext:
     round_s: float
     weights: dict[str, float] = field(default_factory=dict)
     window: Window | None = None
+    tenants: Mapping[str, Tenant] = field(default_factory=dict)
 
     def received(self, job: JobView, model: str) -> float:
         """Fraction of the recent past (the current accounting window, or its life) the
@@ -242,8 +243,9 @@ class RoundScheduler(Scheduler):
                 tenant = w.tenants.get(job.spec.tenant)
                 weights[job.id] = tenant.weight if tenant is not None else 1.0
         return RoundContext(
-            jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window
-        )
+            jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window,
+            w.tenants,
+        )  # fmt: skip
 
     def _make_plan(
         self, ctx: RoundContext, x: Allocation, keep: Mapping[str, str]
@@ -253,16 +255,52 @@ class RoundScheduler(Scheduler):
         planned before). A running job whose first fitting pair is its current model keeps
         its devices."""
         room = dict(ctx.capacity)
+        quotas = _Quotas(ctx)
         plan: dict[str, str] = {}
         for jid, model in keep.items():
             if jid in ctx.gang:
                 plan[jid] = model
                 room[model] = room.get(model, 0) - ctx.gang[jid]
+                quotas.charge(jid, model)
         for jid, model in self.policy.order(ctx, x):
             if jid in plan:
                 continue
             need = ctx.gang[jid]
-            if room.get(model, 0) >= need:
+            if room.get(model, 0) >= need and quotas.allows(jid, model):
                 plan[jid] = model
                 room[model] -= need
+                quotas.charge(jid, model)
         return plan
+
+
+class _Quotas:
+    """Tenants' quotas (devices per model and in all) while a plan is made: a job of a
+    tenant that is not known (when tenants are given) is never planned, and no tenant's
+    planned devices exceed its quota, borrowing of idle devices included."""
+
+    def __init__(self, ctx: RoundContext) -> None:
+        self.ctx = ctx
+        self.tenant_of = {j.id: j.spec.tenant for j in ctx.jobs}
+        self.limits = {name: _canonical_quota(t.quota) for name, t in ctx.tenants.items()}
+        self.used: dict[str, dict[str, int]] = {}
+
+    def allows(self, jid: str, model: str) -> bool:
+        if not self.ctx.tenants:
+            return True
+        tenant = self.tenant_of[jid]
+        limits = self.limits.get(tenant)
+        if limits is None:
+            return False  # unknown tenant: it does not run (as with the queue policies)
+        used = self.used.get(tenant, {})
+        need = self.ctx.gang[jid]
+        for key in (model, "*"):
+            limit = limits.get(key)
+            if limit is not None and used.get(key, 0) + need > limit + 1e-9:
+                return False
+        return True
+
+    def charge(self, jid: str, model: str) -> None:
+        used = self.used.setdefault(self.tenant_of.get(jid, ""), {})
+        need = self.ctx.gang[jid]
+        for key in (model, "*"):
+            used[key] = used.get(key, 0) + need
