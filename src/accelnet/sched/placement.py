@@ -160,6 +160,15 @@ class FirstFit(PlacementStrategy):
         return index.first_fit(cls, depth, k, within)
 
 
+def _frag_aware(**params: object) -> PlacementStrategy:
+    """``frag-aware`` (sched.packing), imported on first use: packing builds on this
+    module, so a top-level import here would be a cycle. FragAware checks its parameters
+    (TypeError, ValueError)."""
+    from accelnet.sched.packing import FragAware  # noqa: PLC0415
+
+    return FragAware(**params)  # type: ignore[arg-type]
+
+
 PLACEMENTS: Registry[PlacementStrategy] = Registry(
-    "placement strategy", {"best-fit": BestFit, "first-fit": FirstFit}
+    "placement strategy", {"best-fit": BestFit, "first-fit": FirstFit, "frag-aware": _frag_aware}
 )

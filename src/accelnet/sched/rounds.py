@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import explain
-from accelnet.sched.scheduler import Scheduler, Walk, _canonical_quota
+from accelnet.sched.scheduler import Scheduler, Walk, canonical_quota
 from accelnet.sched.snapshot import Decision, JobView, Preempt, Start, Tenant
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
@@ -281,7 +281,7 @@ class _Quotas:
     def __init__(self, ctx: RoundContext) -> None:
         self.ctx = ctx
         self.tenant_of = {j.id: j.spec.tenant for j in ctx.jobs}
-        self.limits = {name: _canonical_quota(t.quota) for name, t in ctx.tenants.items()}
+        self.limits = {name: canonical_quota(t.quota) for name, t in ctx.tenants.items()}
         self.used: dict[str, dict[str, int]] = {}
 
     def allows(self, jid: str, model: str) -> bool:

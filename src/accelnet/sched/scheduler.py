@@ -359,7 +359,7 @@ def _within_quota(
         return req, None, ""
     used = {m: u / SHARE_UNITS for m, u in usage_units.get(job.spec.tenant, {}).items()}
     amount = req.count * req.share
-    quota = _canonical_quota(tenant.quota)
+    quota = canonical_quota(tenant.quota)
     total = quota.get("*")
     if total is not None and used.get("*", 0.0) + amount > total + 1e-9:
         note = (
@@ -380,7 +380,7 @@ def _within_quota(
     return replace(req, classes=tuple(allowed)), None, ", ".join(blocked)
 
 
-def _canonical_quota(quota: Mapping[str, float]) -> dict[str, float]:
+def canonical_quota(quota: Mapping[str, float]) -> dict[str, float]:
     """Quota keys by catalog name (``H100`` -> ``H100-SXM``); ``*`` and unknown kept.
 
     Two keys naming one model keep the smaller limit (the safe reading)."""

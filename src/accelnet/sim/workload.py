@@ -71,6 +71,7 @@ class SimJob:
             "priority": self.priority,
             "checkpointable": self.checkpointable,
             "max_retries": self.max_retries,
+            "deadline": self.deadline,
             "resources": {"accelerators": self.accelerators or f"any:{self.gpus}"},
             "run": "simulated",
             "workload": {

@@ -1,9 +1,10 @@
 """Named scheduling policies, each one configuration of the same scheduler core.
 
 ``fifo``, ``priority`` (with aging), ``priority-preempt`` and ``fifo-first-fit`` order the
-queue; ``sjf``, ``srtf``, ``las``, ``hetero-fair``, ``hetero-jct`` and ``min-makespan`` work in
-rounds (:mod:`accelnet.sched.rounds`). The live controller and the simulator take the very
-same objects: ``make_scheduler(name, rates=..., round_s=...)``.
+queue; ``sjf``, ``srtf``, ``las``, ``drf``, ``hetero-fair``, ``hetero-jct``, ``min-makespan``,
+``finish-time-fair`` and ``energy`` work in rounds (:mod:`accelnet.sched.rounds`). The live
+controller and the simulator take the very same objects:
+``make_scheduler(name, rates=..., round_s=...)``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from accelnet.sched.jobinfo import RateFn
+from accelnet.sched.policies.drf import Drf
+from accelnet.sched.policies.energy import Energy
+from accelnet.sched.policies.finish_time_fair import FinishTimeFair
 from accelnet.sched.policies.hetero_fair import HeteroFair
 from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.policies.min_makespan import MinMakespan
@@ -29,9 +33,12 @@ ROUND_POLICIES: dict[str, Callable[[], RoundPolicy]] = {
     "sjf": Sjf,
     "srtf": Srtf,
     "las": Las,
+    "drf": Drf,
     "hetero-fair": HeteroFair,
     "hetero-jct": HeteroJct,
     "min-makespan": MinMakespan,
+    "finish-time-fair": FinishTimeFair,
+    "energy": Energy,
 }
 POLICY_NAMES = (*QUEUE_POLICIES, *ROUND_POLICIES)
 
