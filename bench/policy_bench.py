@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent
 TRACES = ROOT.parent.parent / "shared" / "data" / "gavel" / "traces"
 RESULTS = ROOT / "results" / "policies.json"
 PLOT = ROOT / "results" / "policy_jct_vs_rate.png"
-POLICIES = "fifo,las,srtf,sjf,hetero-fair,hetero-jct,min-makespan"
+POLICIES = "fifo,las,srtf,sjf,drf,hetero-fair,hetero-jct,min-makespan,finish-time-fair,energy"
 GAVEL = {  # ../shared/data/README.md: Gavel's simulator, round 360 s, seed 0
     "max_min_fairness.trace": {
         "fifo": (35905, 196524),
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     model = ThroughputModel.gavel()
     policies = [p.strip() for p in args.policies.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
-    lp_names = [p for p in ("hetero-fair", "min-makespan", "hetero-jct") if p in ROUND_POLICIES]
+    lp_names = ["hetero-fair", "min-makespan", "hetero-jct", "finish-time-fair", "energy"]
     total = len(GAVEL) * len(SETTINGS) * len(policies) + len(rates) * len(policies) + len(lp_names)
     gavel: dict[str, Any] = {}
     load: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
