@@ -66,6 +66,19 @@ def test_a_single_gpu_goes_to_the_used_host_and_keeps_a_whole_host_for_8(pcie: F
     assert frag == {"one": ("p1/gpu1",), "eight": tuple(f"p0/gpu{i}" for i in range(8))}
 
 
+def test_required_levels_bound_the_candidates(pcie: Fabric) -> None:
+    sched = Scheduler("fifo", "frag-aware")
+    index = sched.capacity(Snapshot.all_ready(pcie, (running("busy", "L4", ("p1/gpu0",)),)))
+    l4 = tuple(sched.topology(pcie).classes.values())
+    frag = FragAware()
+    # no NVLink domain holds 2 GPUs here, though every host does
+    assert frag.place(Request("x", l4, 2, 1.0, DomainLevel.NVLINK, None), index) is None
+    got = frag.place(Request("x", l4, 2, 1.0, DomainLevel.HOST, None), index)
+    assert got is not None and got.devices == ("p1/gpu1", "p1/gpu2")  # p0 stays whole
+    wide = frag.place(Request("x", l4, 12, 1.0, DomainLevel.LEAF, None), index)
+    assert wide is not None and len(set(wide.devices)) == 12 and "p1/gpu0" not in wide.devices
+
+
 def test_a_share_goes_on_a_partly_used_device_not_a_whole_one(lab: Fabric) -> None:
     busy = running("busy", "T4", ("t/gpu2",), share=0.25)  # later in fabric order
     assert starts(lab, "frag-aware", busy, job("half", "T4:0.5")) == {"half": ("t/gpu2",)}

@@ -275,7 +275,7 @@ class FragAware(PlacementStrategy):
         i = bisect.bisect_left(items, (units(share), -1, ""))
         while i < len(items) and len(cands) < self.max_candidates:
             have, _, dev = items[i]
-            pass  # the first device of this room, then skip to the next room
+            cands.append(dev)  # the first device of this room, then skip to the next room
             i = bisect.bisect_left(items, (have + 1, -1, ""), i)
         for node in self.candidates(index, cls, DEPTHS - 1, 1, None):
             cands.append(gather(index, cls, node, 1)[0])

@@ -102,7 +102,10 @@ class Ratios:
     def need(self, level: float) -> np.ndarray:
         """Steps/s each job needs for ``rho_j <= level``; ``level`` must exceed every
         ``e_j / t_iso_j`` (the lower bound does)."""
-        return np.asarray(self.left / (level * self.iso - self.elapsed), dtype=float)
+        need = np.asarray(self.left / (level * self.iso - self.elapsed), dtype=float)
+        # a job is never left with no time at all (its ratio would be infinite): at least
+        # a millionth of its fair throughput, far below any level that matters
+        return np.maximum(need, 1e-6 * self.fair)
 
 
 def ratios_of(ctx: RoundContext) -> Ratios:
