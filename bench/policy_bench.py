@@ -55,7 +55,10 @@ ROOT = Path(__file__).resolve().parent
 TRACES = ROOT.parent.parent / "shared" / "data" / "gavel" / "traces"
 RESULTS = ROOT / "results" / "policies.json"
 PLOT = ROOT / "results" / "policy_jct_vs_rate.png"
-POLICIES = "fifo,las,srtf,sjf,drf,hetero-fair,hetero-jct,min-makespan,finish-time-fair,energy"
+POLICIES = (
+    "fifo,las,srtf,sjf,drf,hetero-fair,hetero-jct,hetero-jct-tail,min-makespan,finish-time-fair,"
+    "energy"
+)
 GAVEL = {  # ../shared/data/README.md: Gavel's simulator, round 360 s, seed 0
     "max_min_fairness.trace": {
         "fifo": (35905, 196524),

@@ -171,9 +171,9 @@ def test_hetero_jct_gives_the_fast_model_to_the_short_job() -> None:
     assert x["short"] == pytest.approx({"X": 1.0})
     assert x["long"] == pytest.approx({"Y": 1.0})
     # and the realisation offers X to the short job first...
-    assert HeteroJct(protect_critical=False).order(ctx, x)[0] == ("short", "X")
-    # ...unless the long job is the makespan's critical path, which is protected
-    assert HeteroJct().order(ctx, x)[:2] == [("long", "X"), ("short", "X")]
+    assert HeteroJct().order(ctx, x)[0] == ("short", "X")
+    # ...unless the long job is the makespan's critical path and that is protected
+    assert HeteroJct.tail().order(ctx, x)[:2] == [("long", "X"), ("short", "X")]
 
 
 # ----- ranked policies --------------------------------------------------------------

@@ -36,6 +36,7 @@ ROUND_POLICIES: dict[str, Callable[[], RoundPolicy]] = {
     "drf": Drf,
     "hetero-fair": HeteroFair,
     "hetero-jct": HeteroJct,
+    "hetero-jct-tail": HeteroJct.tail,
     "min-makespan": MinMakespan,
     "finish-time-fair": FinishTimeFair,
     "energy": Energy,

@@ -105,7 +105,7 @@ class Ratios:
         need = np.asarray(self.left / (level * self.iso - self.elapsed), dtype=float)
         # a job is never left with no time at all (its ratio would be infinite): at least
         # a millionth of its fair throughput, far below any level that matters
-        return np.maximum(need, 1e-6 * self.fair)
+        return np.asarray(np.maximum(need, 1e-6 * self.fair), dtype=float)
 
 
 def ratios_of(ctx: RoundContext) -> Ratios:
