@@ -309,3 +309,32 @@ def test_round_plans_keep_tenants_within_their_quotas() -> None:
     table["c0"] = table["a0"]
     lone = sched.decide(Snapshot.all_ready(fab, (stranger,), now=500.0, tenants=tenants))
     assert lone.starts == ()  # a tenant that is not known does not run
+
+
+@VIA
+def test_between_rounds_an_idle_faster_device_takes_a_running_job(via_session: bool) -> None:
+    # a and b are both 4x faster on the V100; a gets it, b the K80. When a ends mid-round
+    # nothing queued wants the V100, so b moves there instead of it idling until t=100
+    table = {"a": {"V100": 4.0, "K80": 1.0}, "b": {"V100": 4.0, "K80": 1.0}}
+    sched = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table))
+    decide = Decider(sched, V100_K80, via_session)
+    a, b = job("a", 0.0, 40.0), job("b", 0.0, 4000.0)
+    first = decide(0.0, [a, b])
+    assert models_started(first) == {"a": "V100", "b": "K80"}
+    b_run = running(b, V100_K80, first, 0.0)
+    mid = decide(10.0, [b_run])  # a finished at t=10
+    assert [(p.job, p.reason) for p in mid.preemptions] == [("b", "srtf: moved to idle V100")]
+    again = decide(10.0, [replace(b_run, state=JobState.ADMITTED, placement=None)])
+    assert models_started(again) == {"b": "V100"}
+    # not when the move would not pay: b has less than a round's work left on the K80
+    sched2 = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table))
+    decide2 = Decider(sched2, V100_K80, via_session)
+    short_b = job("b", 0.0, 50.0)
+    first2 = decide2(0.0, [a, short_b])
+    mid2 = decide2(10.0, [running(short_b, V100_K80, first2, 0.0)])
+    assert mid2.preemptions == ()
+    # and never with upgrades off
+    sched3 = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table), upgrade=None)
+    decide3 = Decider(sched3, V100_K80, via_session)
+    first3 = decide3(0.0, [a, b])
+    assert decide3(10.0, [running(b, V100_K80, first3, 0.0)]).preemptions == ()
