@@ -22,7 +22,7 @@ from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
 from accelnet.sim import metrics as sim_metrics
 from accelnet.sim import report
 from accelnet.sim.engine import Simulation
-from accelnet.sim.policies import make_scheduler
+from accelnet.sim.policies import POLICY_NAMES, make_scheduler
 from accelnet.sim.records import SimResult
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.traces import TraceError, load_failures, load_trace, mtbf_failures
@@ -39,7 +39,11 @@ def simulate(
         ),
     ],
     policy: Annotated[
-        str, typer.Option("--policy", help="policy, or several to compare: fifo,priority")
+        str,
+        typer.Option(
+            "--policy",
+            help="policy, or several to compare (fifo,hetero-fair,...): " + ", ".join(POLICY_NAMES),
+        ),
     ] = "fifo",
     round_s: Annotated[
         float | None,
