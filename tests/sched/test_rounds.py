@@ -338,3 +338,15 @@ def test_between_rounds_an_idle_faster_device_takes_a_running_job(via_session: b
     decide3 = Decider(sched3, V100_K80, via_session)
     first3 = decide3(0.0, [a, b])
     assert decide3(10.0, [running(b, V100_K80, first3, 0.0)]).preemptions == ()
+
+
+@VIA
+def test_a_non_preemptive_policy_never_moves_a_running_job(via_session: bool) -> None:
+    table = {"a": {"V100": 4.0, "K80": 1.0}, "b": {"V100": 4.0, "K80": 1.0}}
+    sched = RoundScheduler(Sjf(), round_s=100.0, rates=rates_of(table))
+    decide = Decider(sched, V100_K80, via_session)
+    a, b = job("a", 0.0, 40.0), job("b", 0.0, 4000.0)
+    first = decide(0.0, [a, b])
+    assert models_started(first) == {"a": "V100", "b": "K80"}
+    # a ends; the V100 idles, but sjf does not stop b to move it there
+    assert decide(10.0, [running(b, V100_K80, first, 0.0)]).preemptions == ()

@@ -219,7 +219,7 @@ class RoundScheduler(Scheduler):
                 continue
             index.take_all(placed.devices, placed.share)
             starts.append(Start(job.id, placed))
-        if not preemptive and self.upgrade is not None:
+        if not preemptive and self.upgrade is not None and self.policy.preemptive:
             preemptions += self._upgrades(ctx, running, index)
         shares = {j: dict(m) for j, m in self._x.items()}
         return Decision(tuple(starts), tuple(preemptions), waiting, shares)
