@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 
 def source_state() -> dict[str, Any]:
@@ -44,3 +47,19 @@ def write_json(result: dict[str, Any], path: Path) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def run_and_report(
+    args: Any,
+    run: Callable[[Any, Console], dict[str, Any]],
+    report: Callable[[dict[str, Any], Console], None],
+    out: Path,
+) -> None:
+    """The end of every benchmark's ``main``: run, write the JSON, print the report."""
+    console = Console()
+    if not console.is_terminal:  # piped or logged: do not wrap tables at 80 columns
+        console = Console(width=120)
+    result = run(args, console)
+    write_json(result, out)
+    report(result, console)
+    console.print(f"wrote {out}")

@@ -66,7 +66,7 @@ from accelnet.sched.packing import TYPICAL_MIX, free_capacity, usable_fraction
 from accelnet.sched.placement import PLACEMENTS, PlacementStrategy
 from accelnet.sched.request import Request
 from accelnet.sched.topology import Topology
-from benchutil import source_state, src_label, write_json
+from benchutil import run_and_report, source_state, src_label
 
 RESULTS = Path(__file__).resolve().parent / "results" / "frag.json"
 PRESET = "fat-tree:hosts=128,gpus_per_host=8"
@@ -346,13 +346,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark, print the table, write the JSON."""
     args = parse_args(argv)
-    console = Console()
-    if not console.is_terminal:  # piped or logged: do not wrap the table at 80 columns
-        console = Console(width=120)
-    result = run(args, console)
-    report(result, console)
-    write_json(result, args.out)
-    console.print(f"wrote {args.out}")
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from accelnet.sim.metrics import compute
 from accelnet.sim.policies import make_scheduler, model_rates
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.traces import load_trace
-from benchutil import source_state, src_label, write_json
+from benchutil import run_and_report, source_state, src_label
 
 ROOT = Path(__file__).resolve().parent
 TRACES = ROOT.parent.parent / "shared" / "data" / "gavel" / "traces"
@@ -241,11 +241,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    console = Console()
-    result = run(args, console)
-    write_json(result, args.out)
-    report(result, console)
-    console.print(f"wrote {args.out}")
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from benchutil import source_state, src_label, write_json
+from benchutil import run_and_report, source_state, src_label
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT.parent.parent / "shared" / "data"
@@ -224,11 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fabric", default="fat-tree:hosts=256,gpus_per_host=8,model=V100")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    console = Console()
-    result = run(args, console)
-    write_json(result, args.out)
-    report(result, console)
-    console.print(f"wrote {args.out}")
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

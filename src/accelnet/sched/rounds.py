@@ -43,7 +43,6 @@ from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import explain
 from accelnet.sched.scheduler import Scheduler, Walk, canonical_quota
 from accelnet.sched.snapshot import Decision, JobView, Preempt, Start, Tenant
-from accelnet.sched.topology import DeviceClass
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
 
@@ -234,7 +233,7 @@ class RoundScheduler(Scheduler):
         average JCT and makespan (hetero-fair 14,622 -> 14,388 s)."""
         assert self.upgrade is not None
         room: dict[str, int] = {}
-        for cls in ctx_classes(index):
+        for cls in index.topo.classes.values():
             room[cls.model.name] = room.get(cls.model.name, 0) + index.total_whole(cls.key)
         moves: list[tuple[float, JobView, str]] = []
         for job in running:
@@ -348,8 +347,3 @@ class _Quotas:
         need = self.ctx.gang[jid]
         for key in (model, "*"):
             used[key] = used.get(key, 0) + need
-
-
-def ctx_classes(index: CapacityIndex) -> list[DeviceClass]:
-    """The device classes of the index's fabric."""
-    return list(index.topo.classes.values())
