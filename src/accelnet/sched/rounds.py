@@ -184,9 +184,9 @@ class RoundScheduler(Scheduler):
         new_round = round_no != self._round
         # a job being stopped is still one of the jobs: its requeueing changes no plan
         active = frozenset(j.id for j in jobs) | frozenset(stopping)
-        ctx = self._context(jobs, info, w)
         preemptive = new_round and self.policy.preemptive
         if new_round or active != self._active:
+            ctx = self._context(jobs, info, w)
             self._x = self.policy.allocate(ctx)
             keep: dict[str, str] = {}
             if not preemptive:  # between rounds: running jobs and earlier plans stand
@@ -218,8 +218,9 @@ class RoundScheduler(Scheduler):
                 continue
             index.take_all(placed.devices, placed.share)
             starts.append(Start(job.id, placed))
-        if not preemptive and self.upgrade is not None and self.policy.preemptive:
-            preemptions += self._upgrades(ctx, running, index)
+        if not preemptive and self.upgrade is not None and self.policy.preemptive and running:
+            # only the running jobs' rates are needed (not a whole context per event)
+            preemptions += self._upgrades(self._context(running, info, w), running, index)
         shares = {j: dict(m) for j, m in self._x.items()}
         return Decision(tuple(starts), tuple(preemptions), waiting, shares)
 
