@@ -350,3 +350,45 @@ def test_a_non_preemptive_policy_never_moves_a_running_job(via_session: bool) ->
     assert models_started(first) == {"a": "V100", "b": "K80"}
     # a ends; the V100 idles, but sjf does not stop b to move it there
     assert decide(10.0, [running(b, V100_K80, first, 0.0)]).preemptions == ()
+
+
+# ----- regressions found in review --------------------------------------------------
+
+
+def test_two_half_device_jobs_share_one_device() -> None:
+    t4 = fabric(("t", "1xT4"))
+    table = {"a": {"T4": 1.0}, "b": {"T4": 1.0}}
+    for policy in (HeteroFair(), Srtf()):
+        sched = RoundScheduler(policy, round_s=100.0, rates=rates_of(table))
+        jobs = (job("a", 0.0, 1000.0, "T4:0.5"), job("b", 0.0, 1000.0, "T4:0.5"))
+        d = sched.decide(Snapshot.all_ready(t4, jobs, 1.0))
+        assert sorted(s.job for s in d.starts) == ["a", "b"], policy.name
+
+
+def test_a_gang_that_can_never_fit_is_not_planned_and_moves_nobody() -> None:
+    fab = fabric(("v1", "1xV100"), ("v2", "1xV100"), ("k", "1xK80"))
+    table = {"d": {"V100": 1.0}, "a": {"V100": 4.0, "K80": 1.0}}
+    sched = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table))
+    d_view = job("d", 0.0, 50.0, "V100:2")
+    d_view = replace(d_view, spec=d_view.spec.model_copy(
+        update={"topology": type(d_view.spec.topology)(required="host")}))  # fmt: skip
+    a = job("a", 0.0, 100_000.0)
+    first = sched.decide(Snapshot.all_ready(fab, (d_view, a), 0.0))
+    assert {s.job: s.placement.model for s in first.starts} == {"a": "V100"}
+    assert first.waiting["d"].startswith("can never run here")
+    a_run = running(a, fab, first, 0.0)
+    for t in (10.0, 100.0, 110.0, 200.0):  # a keeps its V100: no back-and-forth
+        assert sched.decide(Snapshot.all_ready(fab, (d_view, a_run), t)).preemptions == ()
+
+
+def test_no_moves_onto_idle_devices_under_quotas() -> None:
+    from accelnet.sched import Tenant
+
+    table = {"a": {"V100": 4.0, "K80": 1.0}, "b": {"V100": 4.0, "K80": 1.0}}
+    sched = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table))
+    tenants = {"default": Tenant("default", quota={"V100": 1})}
+    a, b = job("a", 0.0, 40.0), job("b", 0.0, 4000.0)
+    first = sched.decide(Snapshot.all_ready(V100_K80, (a, b), 0.0, tenants=tenants))
+    b_run = running(b, V100_K80, first, 0.0)
+    mid = sched.decide(Snapshot.all_ready(V100_K80, (b_run,), 10.0, tenants=tenants))
+    assert mid.preemptions == ()

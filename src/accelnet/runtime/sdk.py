@@ -8,6 +8,7 @@ or job specs with a shell command or an entrypoint.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import threading
 import time
@@ -144,7 +145,10 @@ class LocalCluster:
     def _loop(self) -> None:
         controller = self.controller
         round_s: float | None = getattr(controller.scheduler, "round_s", None)
-        next_round = controller.clock.now() + round_s if round_s else None
+        # rounds begin at multiples of round_s (as the round scheduler counts them)
+        next_round = (
+            (math.floor(controller.clock.now() / round_s) + 1) * round_s if round_s else None
+        )
         try:
             while not self._stop.is_set():
                 events = self.backend.poll(0.02)  # wait without holding the lock

@@ -24,6 +24,10 @@ and in the simulator:
 
 Unlike the queue policies, a round scheduler keeps state between decisions: the round's
 plan and each job's time per model in the current accounting window (:class:`Window`).
+So its decisions are not repeatable: the first decision of a round preempts, a second one
+on the same snapshot does not (the round has begun); preview decisions with a copy. A
+STARTING job cannot be preempted (the job table allows it only once RUNNING): one not in a
+new round's plan keeps its devices until it is RUNNING and the next round begins.
 
 A job stopped at a round boundary is requeued (PREEMPTING, then ADMITTED), keeps its work
 if it is checkpointable, and pays the restart cost when it starts again, exactly as a
@@ -68,6 +72,11 @@ class RoundContext:
     weights: dict[str, float] = field(default_factory=dict)
     window: Window | None = None
     tenants: Mapping[str, Tenant] = field(default_factory=dict)
+    size: dict[str, float] = field(default_factory=dict)  # devices a job holds: count x share
+
+    def holds(self, jid: str) -> float:
+        """Devices the job holds (its gang times its share of each)."""
+        return self.size.get(jid, float(self.gang[jid]))
 
     def received(self, job: JobView, model: str) -> float:
         """Fraction of the recent past (the current accounting window, or its life) the
@@ -169,9 +178,10 @@ class RoundScheduler(Scheduler):
     def walk(self, w: Walk) -> Decision:
         """Plan (when a round begins or the jobs changed) and realise the plan."""
         info = w.info or JobInfo(0.0, self.rates)
-        topo, index = w.topo, w.index
+        index = w.index
         running = [j for j in w.running if j.state in (JobState.STARTING, JobState.RUNNING)]
-        stopping = [j.id for j in w.running if j.state is JobState.PREEMPTING]
+        stopping_views = [j for j in w.running if j.state is JobState.PREEMPTING]
+        stopping = [j.id for j in stopping_views]
         queued = list(w.ordered)
         jobs = running + queued
         self._forget(w.queued, w.queued_ids)
@@ -186,12 +196,14 @@ class RoundScheduler(Scheduler):
         active = frozenset(j.id for j in jobs) | frozenset(stopping)
         preemptive = new_round and self.policy.preemptive
         if new_round or active != self._active:
-            ctx = self._context(jobs, info, w)
+            # jobs being stopped are planned too: they hold devices now and will requeue
+            ctx = self._context(jobs + stopping_views, info, w)
             self._x = self.policy.allocate(ctx)
             keep: dict[str, str] = {}
             if not preemptive:  # between rounds: running jobs and earlier plans stand
                 keep = {j.id: j.placement.model for j in running if j.placement is not None}
-                keep.update((j.id, self._plan[j.id]) for j in queued if j.id in self._plan)
+                keep.update((j, self._plan[j]) for j in [*stopping, *(q.id for q in queued)]
+                            if j in self._plan)  # fmt: skip
             self._plan = self._make_plan(ctx, self._x, keep)
             self._round, self._active = round_no, active
         preemptions: list[Preempt] = []
@@ -201,24 +213,15 @@ class RoundScheduler(Scheduler):
                 moved = job.placement is not None and planned != job.placement.model
                 if moved and job.state is JobState.RUNNING:
                     preemptions.append(Preempt(job.id, "", self._why(job, planned)))
-        starts: list[Start] = []
-        for job in queued:
-            model = self._plan.get(job.id)
-            never, req = self.request(job, topo)
-            if never is not None:
-                waiting[job.id] = f"can never run here: {never.message}"
-                continue
-            if model is None:
-                waiting[job.id] = f"{self.policy.name}: not planned to run this round"
-                continue
-            mine = replace(req, classes=tuple(c for c in req.classes if c.model.name == model))
-            placed = self.placement.place(mine, index)
-            if placed is None:
-                waiting[job.id] = f"planned on {model}: {explain(mine, index)}"
-                continue
-            index.take_all(placed.devices, placed.share)
-            starts.append(Start(job.id, placed))
-        if not preemptive and self.upgrade is not None and self.policy.preemptive and running:
+        starts = self._starts(queued, w, waiting)
+        quotas = any(t.quota for t in w.tenants.values())
+        if (
+            not preemptive
+            and self.upgrade is not None
+            and self.policy.preemptive
+            and running
+            and not quotas
+        ):  # a move is not checked against quotas: none when there are
             # only the running jobs' rates are needed (not a whole context per event)
             preemptions += self._upgrades(self._context(running, info, w), running, index)
         shares = {j: dict(m) for j, m in self._x.items()}
@@ -261,6 +264,27 @@ class RoundScheduler(Scheduler):
             out.append(Preempt(job.id, "", f"{self.policy.name}: moved to idle {model}"))
         return out
 
+    def _starts(self, queued: Sequence[JobView], w: Walk, waiting: dict[str, str]) -> list[Start]:
+        """Planned queued jobs onto free devices of their model (the rest wait, why noted)."""
+        starts: list[Start] = []
+        for job in queued:
+            model = self._plan.get(job.id)
+            never, req = self.request(job, w.topo)
+            if never is not None:
+                waiting[job.id] = f"can never run here: {never.message}"
+                continue
+            if model is None:
+                waiting[job.id] = f"{self.policy.name}: not planned to run this round"
+                continue
+            mine = replace(req, classes=tuple(c for c in req.classes if c.model.name == model))
+            placed = self.placement.place(mine, w.index)
+            if placed is None:
+                waiting[job.id] = f"planned on {model}: {explain(mine, w.index)}"
+                continue
+            w.index.take_all(placed.devices, placed.share)
+            starts.append(Start(job.id, placed))
+        return starts
+
     def _why(self, job: JobView, planned: str | None) -> str:
         where = "not planned this round" if planned is None else f"moved to {planned}"
         return f"{self.policy.name} round: {where}"
@@ -274,12 +298,15 @@ class RoundScheduler(Scheduler):
         models = sorted(capacity)
         gang: dict[str, int] = {}
         tput: dict[str, dict[str, float]] = {}
+        size: dict[str, float] = {}
         for job in jobs:
-            n = job.spec.resources.accelerators.count
+            acc = job.spec.resources.accelerators
+            n = acc.count
             gang[job.id] = n
-            _, req = self.request(job, topo)
-            allowed = {c.model.name for c in req.classes}
-            tput[job.id] = {m: info.rate(job, m, n) for m in models
+            size[job.id] = n * acc.share
+            never, req = self.request(job, topo)
+            allowed = {c.model.name for c in req.classes} if never is None else set()
+            tput[job.id] = {m: info.rate(job, m, n) * acc.share for m in models
                             if m in allowed and capacity[m] >= n}  # fmt: skip
         weights = {}
         if w.tenants:
@@ -288,7 +315,7 @@ class RoundScheduler(Scheduler):
                 weights[job.id] = tenant.weight if tenant is not None else 1.0
         return RoundContext(
             jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window,
-            w.tenants,
+            w.tenants, size,
         )  # fmt: skip
 
     def _make_plan(
@@ -298,19 +325,19 @@ class RoundScheduler(Scheduler):
         ``keep``: jobs that keep their model (between rounds: the running ones and those
         planned before). A running job whose first fitting pair is its current model keeps
         its devices."""
-        room = dict(ctx.capacity)
         quotas = _Quotas(ctx)
         plan: dict[str, str] = {}
+        room: dict[str, float] = {m: float(c) for m, c in ctx.capacity.items()}
         for jid, model in keep.items():
             if jid in ctx.gang:
                 plan[jid] = model
-                room[model] = room.get(model, 0) - ctx.gang[jid]
+                room[model] = room.get(model, 0.0) - ctx.holds(jid)
                 quotas.charge(jid, model)
         for jid, model in self.policy.order(ctx, x):
-            if jid in plan:
+            if jid in plan or not ctx.tput.get(jid, {}).get(model):
                 continue
-            need = ctx.gang[jid]
-            if room.get(model, 0) >= need and quotas.allows(jid, model):
+            need = ctx.holds(jid)
+            if room.get(model, 0.0) >= need - 1e-9 and quotas.allows(jid, model):
                 plan[jid] = model
                 room[model] -= need
                 quotas.charge(jid, model)
@@ -326,7 +353,7 @@ class _Quotas:
         self.ctx = ctx
         self.tenant_of = {j.id: j.spec.tenant for j in ctx.jobs}
         self.limits = {name: canonical_quota(t.quota) for name, t in ctx.tenants.items()}
-        self.used: dict[str, dict[str, int]] = {}
+        self.used: dict[str, dict[str, float]] = {}
 
     def allows(self, jid: str, model: str) -> bool:
         if not self.ctx.tenants:
@@ -336,7 +363,7 @@ class _Quotas:
         if limits is None:
             return False  # unknown tenant: it does not run (as with the queue policies)
         used = self.used.get(tenant, {})
-        need = self.ctx.gang[jid]
+        need = self.ctx.holds(jid)
         for key in (model, "*"):
             limit = limits.get(key)
             if limit is not None and used.get(key, 0) + need > limit + 1e-9:
@@ -345,6 +372,6 @@ class _Quotas:
 
     def charge(self, jid: str, model: str) -> None:
         used = self.used.setdefault(self.tenant_of.get(jid, ""), {})
-        need = self.ctx.gang[jid]
+        need = self.ctx.holds(jid)
         for key in (model, "*"):
             used[key] = used.get(key, 0) + need
