@@ -57,8 +57,8 @@ def run_and_report(
 ) -> None:
     """The end of every benchmark's ``main``: run, write the JSON, print the report."""
     console = Console()
-    if not console.is_terminal:  # piped or logged: do not wrap tables at 80 columns
-        console = Console(width=120)
+    if not console.is_terminal:  # piped or logged: do not wrap wide tables at 80 columns
+        console = Console(width=max(console.width, 132))
     result = run(args, console)
     write_json(result, out)
     report(result, console)

@@ -96,7 +96,7 @@ from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Snapshot
 from accelnet.sched.session import Session
-from benchutil import source_state, src_label, write_json
+from benchutil import run_and_report, source_state, src_label
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dispatch.json"
 PERCENTILES = (50, 90, 99)
@@ -655,13 +655,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark, print the table, write the JSON."""
     args = parse_args(argv)
-    console = Console()
-    if not console.is_terminal:  # piped or redirected: wide enough for the table's 8 columns
-        console = Console(width=max(console.width, 132))
-    result = run(args, console)
-    report(result, console)
-    write_json(result, args.out)
-    console.print(f"wrote {args.out}")
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from accelnet.fabric import Fabric, load_preset
-from benchutil import source_state, src_label, write_json
+from benchutil import run_and_report, source_state, src_label
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fabric.json"
 WEIGHT = "latency_us"
@@ -376,11 +376,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark, print the table, write the JSON."""
     args = parse_args(argv)
-    console = Console()
-    result = run(args, console)
-    report(result, console)
-    write_json(result, args.out)
-    console.print(f"wrote {args.out}")
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

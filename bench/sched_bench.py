@@ -74,7 +74,7 @@ from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Sna
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.request import Request, make_request
 from accelnet.sched.topology import Topology
-from benchutil import source_state, src_label, write_json
+from benchutil import run_and_report, source_state, src_label
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS = RESULTS_DIR / "sched.json"
@@ -708,13 +708,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark, print the table, write the JSON."""
     args = parse_args(argv)
-    console = Console()
-    if not console.is_terminal:  # piped or logged: do not wrap the table at 80 columns
-        console = Console(width=120)
-    result = run(args, console)
-    report(result, console)
-    write_json(result, args.out)
-    console.print(f"wrote {args.out}")
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":
