@@ -113,10 +113,7 @@ def lp_context(model: ThroughputModel, jobs: int, seed: int) -> RoundContext:
         })  # fmt: skip
         views.append(JobView(f"j{i}", spec, JobState.ADMITTED, rng.uniform(0, 3600)))
     capacity = {"V100": 683, "P100": 683, "K80": 682}
-    info = JobInfo(3600.0, rates)
-    gang_of = {v.id: v.spec.resources.accelerators.count for v in views}
-    tput = {v.id: {m: info.rate(v, m) for m in capacity} for v in views}
-    return RoundContext(views, sorted(capacity), capacity, gang_of, tput, info, 360.0)
+    return RoundContext.of(views, capacity, JobInfo(3600.0, rates))
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:

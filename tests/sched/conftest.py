@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from accelnet.fabric import DomainLevel, Fabric
 from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import JobSpec, JobState, JobView, Placement
+from accelnet.sched.jobinfo import JobInfo
+from accelnet.sched.rounds import RoundContext
 
 LAB: dict[str, Any] = {
     "name": "lab",
@@ -65,3 +68,30 @@ def job(
 
 def on(host: str, *idx: int) -> tuple[str, ...]:
     return tuple(f"{host}/gpu{i}" for i in idx)
+
+
+def hosts_fabric(name: str, *hosts: tuple[str, str]) -> Fabric:
+    """One host per (name, devices), e.g. ("v", "4xV100"), on one leaf."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "switches": [{"name": "leaf", "kind": "leaf"}],
+        "hosts": [{"name": n, "devices": d, "nics": "IB-EDR", "network": "leaf"}
+                  for n, d in hosts],
+    }  # fmt: skip
+    return build_fabric(parse_spec(spec, f"<{name}>"))
+
+
+def round_context(
+    jobs: list[JobView],
+    table: Mapping[str, Mapping[str, float]],
+    capacity: Mapping[str, int],
+    now: float = 10.0,
+) -> RoundContext:
+    """A context as :class:`RoundScheduler` builds it: gang rates from ``table`` (job ->
+    model -> steps/s on one device, times the gang), only the job's models in ``table``
+    that have room for its gang."""
+
+    def rates(spec: JobSpec, model: str, count: int) -> float:
+        return table[spec.name].get(model, 0.0) * count
+
+    return RoundContext.of(jobs, capacity, JobInfo(now, rates), models=lambda j: table[j.id])

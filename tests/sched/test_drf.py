@@ -7,29 +7,23 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelnet.fabric import Fabric
-from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Snapshot, Tenant
 from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies.drf import Drf
 from accelnet.sched.rounds import RoundContext, RoundScheduler
 from accelnet.sched.scheduler import canonical_quota
 
+from .conftest import hosts_fabric
+
 
 def fabric(*hosts: tuple[str, str]) -> Fabric:
-    """One host per (name, devices), e.g. ("v", "4xV100"), on one leaf."""
-    spec: dict[str, Any] = {
-        "name": "drf",
-        "switches": [{"name": "leaf", "kind": "leaf"}],
-        "hosts": [{"name": n, "devices": d, "nics": "IB-EDR", "network": "leaf"}
-                  for n, d in hosts],
-    }  # fmt: skip
-    return build_fabric(parse_spec(spec, "<drf>"))
+    """One host per (name, devices) on one leaf."""
+    return hosts_fabric("drf", *hosts)
 
 
 def job(name: str, tenant: str, t: float, acc: str = "V100:1") -> JobView:

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from accelnet.fabric import DomainLevel, Fabric
 from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import JobSpec, JobState, JobView, Placement
-from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies.energy import Energy, PowerTable, allocation_power
 from accelnet.sched.policies.hetero_fair import HeteroFair
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
@@ -23,6 +22,8 @@ from accelnet.sim.policies import model_rates
 from accelnet.sim.records import SimResult
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.workload import SimJob
+
+from .conftest import round_context
 
 Table = Mapping[str, Mapping[str, float]]  # job -> model -> steps/s on one device
 # catalog draws (idle, busy): V100 40/300 W, P100 30/250 W, T4 10/70 W, K80 25/150 W
@@ -51,17 +52,8 @@ def view(
 def context(
     jobs: list[JobView], table: Table, capacity: Mapping[str, int], now: float = 0.0
 ) -> RoundContext:
-    """As :class:`RoundScheduler` builds it: rates from ``table`` times the gang."""
-
-    def rates(spec: JobSpec, model: str, count: int) -> float:
-        return table[spec.name].get(model, 0.0) * count
-
-    info = JobInfo(now, rates)
-    gang = {j.id: j.spec.resources.accelerators.count for j in jobs}
-    tput = {
-        j.id: {m: info.rate(j, m) for m in table[j.id] if capacity[m] >= gang[j.id]} for j in jobs
-    }
-    return RoundContext(jobs, sorted(capacity), dict(capacity), gang, tput, info, 360.0)
+    """See :func:`round_context` (rates from ``table``)."""
+    return round_context(jobs, table, capacity, now)
 
 
 def share(x: Allocation, job: str, model: str) -> float:

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from accelnet.fabric import Fabric
 from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import JobSpec, JobState, JobView
-from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies.finish_time_fair import (
     FinishTimeFair,
     finish_time_ratios,
@@ -27,6 +26,8 @@ from accelnet.sim.engine import Simulation
 from accelnet.sim.policies import model_rates
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.workload import SimJob
+
+from .conftest import round_context
 
 Table = Mapping[str, Mapping[str, float]]  # job -> model -> steps/s on one device
 
@@ -46,18 +47,8 @@ def view(
 def context(
     jobs: list[JobView], table: Table, capacity: Mapping[str, int], now: float = 10.0
 ) -> RoundContext:
-    """A context as :class:`RoundScheduler` builds it: gang rates from ``table`` (per
-    device, times the gang), only models with room for the gang."""
-
-    def rates(spec: JobSpec, model: str, count: int) -> float:
-        return table[spec.name].get(model, 0.0) * count
-
-    info = JobInfo(now, rates)
-    gang = {j.id: j.spec.resources.accelerators.count for j in jobs}
-    tput = {
-        j.id: {m: info.rate(j, m) for m in table[j.id] if capacity[m] >= gang[j.id]} for j in jobs
-    }
-    return RoundContext(jobs, sorted(capacity), dict(capacity), gang, tput, info, 360.0)
+    """See :func:`round_context` (rates from ``table``)."""
+    return round_context(jobs, table, capacity, now)
 
 
 def even_split(ctx: RoundContext) -> Allocation:

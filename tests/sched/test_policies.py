@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler
-from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies import POLICY_NAMES, QUEUE_POLICIES, ROUND_POLICIES, make_scheduler
 from accelnet.sched.policies.hetero_fair import HeteroFair, equal_share
 from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.policies.min_makespan import MinMakespan
 from accelnet.sched.policies.ranked import Las, Sjf, Srtf
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
+
+from .conftest import round_context
 
 Table = Mapping[str, Mapping[str, float]]  # job -> model -> steps/s on one device
 
@@ -55,18 +56,8 @@ def view(
 def context(
     jobs: list[JobView], table: Table, capacity: Mapping[str, int], now: float = 10.0
 ) -> RoundContext:
-    """A context as :class:`RoundScheduler` builds it: rates from ``table`` (per device,
-    times the gang), only models with room for the gang."""
-
-    def rates(spec: JobSpec, model: str, count: int) -> float:
-        return table[spec.name].get(model, 0.0) * count
-
-    info = JobInfo(now, rates)
-    gang = {j.id: j.spec.resources.accelerators.count for j in jobs}
-    tput = {
-        j.id: {m: info.rate(j, m) for m in table[j.id] if capacity[m] >= gang[j.id]} for j in jobs
-    }
-    return RoundContext(jobs, sorted(capacity), dict(capacity), gang, tput, info, 360.0)
+    """See :func:`round_context` (rates from ``table``)."""
+    return round_context(jobs, table, capacity, now)
 
 
 def speed(ctx: RoundContext, x: Allocation, job: str) -> float:

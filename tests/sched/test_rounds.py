@@ -11,7 +11,6 @@ import pytest
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Snapshot
 from accelnet.sched.policies.hetero_fair import HeteroFair
 from accelnet.sched.policies.ranked import Las, Sjf, Srtf
@@ -22,18 +21,14 @@ from accelnet.sim.policies import make_scheduler
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.workload import SimJob
 
+from .conftest import hosts_fabric
+
 V100, K80 = "v/gpu0", "k/gpu0"
 
 
 def fabric(*hosts: tuple[str, str]) -> Fabric:
-    """One host per (name, devices), e.g. ("v", "1xV100"), on one leaf."""
-    spec: dict[str, Any] = {
-        "name": "rounds",
-        "switches": [{"name": "leaf", "kind": "leaf"}],
-        "hosts": [{"name": n, "devices": d, "nics": "IB-EDR", "network": "leaf"}
-                  for n, d in hosts],
-    }  # fmt: skip
-    return build_fabric(parse_spec(spec, "<rounds>"))
+    """One host per (name, devices) on one leaf."""
+    return hosts_fabric("rounds", *hosts)
 
 
 V100_K80 = fabric(("v", "1xV100"), ("k", "1xK80"))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from accelnet.sched.capacity import CapacityIndex
@@ -73,6 +73,25 @@ class RoundContext:
     window: Window | None = None
     tenants: Mapping[str, Tenant] = field(default_factory=dict)
     size: dict[str, float] = field(default_factory=dict)  # devices a job holds: count x share
+
+    @classmethod
+    def of(
+        cls,
+        jobs: list[JobView],
+        capacity: Mapping[str, int],
+        info: JobInfo,
+        round_s: float = 360.0,
+        models: Callable[[JobView], Iterable[str]] | None = None,
+    ) -> RoundContext:
+        """A context from jobs alone: each job's gang rate on every model (or on
+        ``models(job)``) that has room for its gang."""
+        gang = {j.id: j.spec.resources.accelerators.count for j in jobs}
+        tput = {
+            j.id: {m: info.rate(j, m) for m in (models(j) if models else capacity)
+                   if capacity[m] >= gang[j.id]}
+            for j in jobs
+        }  # fmt: skip
+        return cls(jobs, sorted(capacity), dict(capacity), gang, tput, info, round_s)
 
     def holds(self, jid: str) -> float:
         """Devices the job holds (its gang times its share of each)."""

@@ -41,11 +41,7 @@ def makespan_lp(
     for tau in taus:
         later = [j for j in jobs if j.arrival >= tau]
         views = [JobView(j.id, j.spec(), JobState.ADMITTED, j.arrival) for j in later]
-        info = JobInfo(tau, rates)
-        gang = {v.id: v.spec.resources.accelerators.count for v in views}
-        tput = {v.id: {m: info.rate(v, m) for m in capacity if capacity[m] >= gang[v.id]}
-                for v in views}  # fmt: skip
-        ctx = RoundContext(views, sorted(capacity), capacity, gang, tput, info, 1.0)
+        ctx = RoundContext.of(views, capacity, JobInfo(tau, rates))
         theta = MinMakespan().theta(ctx)
         if theta is not None and theta > 0:
             best = max(best, tau - first + 1.0 / theta)
