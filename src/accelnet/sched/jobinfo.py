@@ -23,7 +23,8 @@ RateFn = Callable[[JobSpec, str, int], float]  # (spec, device model, count) -> 
 ProgressFn = Callable[[str], "float | None"]  # job id -> steps kept so far, if known
 
 
-def _peak(m: DeviceModel) -> float:
+def peak_tflops(m: DeviceModel) -> float:
+    """The model's best dense peak among FP32, FP16 and BF16 (TFLOP/s)."""
     return max(m.tflops(Precision.FP32), m.tflops(Precision.BF16), m.tflops(Precision.FP16))
 
 
@@ -35,15 +36,15 @@ def hint_rate(spec: JobSpec, model: str, count: int) -> float:
     if model in hints:
         return hints[model] * count
     target = find_device_model(model)
-    target_peak = _peak(target) if target is not None else 0.0
+    target_peak = peak_tflops(target) if target is not None else 0.0
     for name, value in hints.items():
         known = find_device_model(name)
         if known is not None and known.name == model:
             return value * count
     for name, value in hints.items():
         known = find_device_model(name)
-        if known is not None and target_peak > 0 and _peak(known) > 0:
-            return value * target_peak / _peak(known) * count
+        if known is not None and target_peak > 0 and peak_tflops(known) > 0:
+            return value * target_peak / peak_tflops(known) * count
     return max(target_peak, 1e-3) * count
 
 

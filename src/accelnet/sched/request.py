@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelnet.fabric import DomainLevel, Precision
+from accelnet.fabric import DomainLevel
 from accelnet.fabric.catalog import device_models, find_device_model
+from accelnet.sched.jobinfo import peak_tflops
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import LEVEL_NAMES, DeviceClass, Topology
 
@@ -86,9 +87,7 @@ def _speed(cls: DeviceClass, spec: JobSpec) -> tuple[float, float]:
             found = find_device_model(name)
             if found is not None and found is cls.model:
                 measured = value
-    m = cls.model
-    peak = max(m.tflops(Precision.BF16), m.tflops(Precision.FP16), m.tflops(Precision.FP32))
-    return measured, peak
+    return measured, peak_tflops(cls.model)
 
 
 def _shape(spec: JobSpec) -> tuple[object, ...]:
