@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from accelnet.cli.bench_cmd import bench_app
+from accelnet.cli.comm_cmd import comm_app
 from accelnet.cli.demo import demo
 from accelnet.cli.fabric_cmd import fabric_app
 from accelnet.cli.job_cmd import job_app
@@ -20,6 +22,8 @@ app = typer.Typer(
 )
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(job_app, name="job")
+app.add_typer(comm_app, name="comm")
+app.add_typer(bench_app, name="bench")
 app.command("demo")(demo)
 app.command("plan")(plan)
 app.command("run")(run)

@@ -279,8 +279,8 @@ class Router:
             usable = [e for e in exits if e == local or layout.node_kind(e) is not None]
             paths = [(e, lr.path(local, e)) for e in usable]
             reachable = [(e, p) for e, p in paths if p is not None]
-            reachable.sort(key=lambda ep: (-ep[1].bandwidth, ep[1].latency, len(ep[1].links)))
-            found = self._nearest[key] = tuple(reachable)
+            reachable.sort(key=lambda ep: _exit_rank(ep[1]))
+            found = self._nearest[key] = tuple(_spread(reachable, _device_ordinal(layout, local)))
         return found
 
     # ----- across the network -------------------------------------------------------
@@ -413,6 +413,32 @@ class Router:
             latency_us=sum(link.latency_us for link in links),
             loss_rate=1.0 - survive,
         )
+
+
+def _exit_rank(p: _Path) -> tuple[float, float, int]:
+    return (-p.bandwidth, p.latency, len(p.links))
+
+
+def _device_ordinal(layout: HostLayout, local: str) -> int:
+    names = [d.name for d in layout.devices]
+    return names.index(local) if local in names else 0
+
+
+def _spread(ranked: list[tuple[str, _Path]], ordinal: int) -> list[tuple[str, _Path]]:
+    """Exits equally near a device, rotated by the device's ordinal: devices that share a
+    set of equal NICs use them in turn (one rail each, as NCCL pairs GPUs with NICs), not
+    all the first."""
+    out: list[tuple[str, _Path]] = []
+    i = 0
+    while i < len(ranked):
+        j = i
+        while j < len(ranked) and _exit_rank(ranked[j][1]) == _exit_rank(ranked[i][1]):
+            j += 1
+        group = ranked[i:j]
+        k = ordinal % len(group)
+        out += group[k:] + group[:k]
+        i = j
+    return out
 
 
 def _self_route(node: str, bandwidth: float) -> Route:
