@@ -26,7 +26,7 @@ from accelnet.fabric.build import load_fabric_file
 from accelnet.fabric.discovery import CpuMode, discover
 from accelnet.fabric.errors import short_repr
 from accelnet.fabric.export import fabric_to_json, model_to_json
-from accelnet.fabric.presets import FAT_TREE_HELP, preset_spec
+from accelnet.fabric.presets import FAT_TREE_HELP, POD_HELP, preset_spec
 from accelnet.fabric.spec import fabric_json_schema
 
 MAX_CPU_DEVICES = 4096
@@ -174,6 +174,7 @@ def presets() -> None:
     for name in preset_names():
         table.add_row(name, preset_spec(name).get("description", ""))
     table.add_row("fat-tree:...", FAT_TREE_HELP)
+    table.add_row("dgx-h100:...", POD_HELP)
     Console().print(table)
 
 

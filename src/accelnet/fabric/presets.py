@@ -335,4 +335,44 @@ def _fat_tree(params: str, ref: str) -> Fabric:
     return build_fabric(parse_spec(fat_tree_spec(params, ref), ref), ref)
 
 
-_GENERATORS: Mapping[str, Callable[[str, str], Fabric]] = {"fat-tree": _fat_tree}
+POD_HELP = "dgx-h100:hosts=N (also dgx-a100, hgx-b200): N such boxes, every NIC on one leaf"
+
+
+def pod_spec(base: str, params: str, ref: str) -> dict[str, Any]:
+    """``hosts`` boxes of preset ``base``, every NIC port on one leaf switch (a small pod,
+    as one 64-port switch serves 8 boxes of 8 NICs)."""
+    p = {"hosts": 4}
+    for item in filter(None, (x.strip() for x in params.split(","))):
+        key, eq, value = item.partition("=")
+        if key.strip() != "hosts" or not eq:
+            raise FabricSpecError(ref, [SpecIssue(key, "unknown parameter; known: hosts", value)])
+        try:
+            p["hosts"] = int(value)
+        except ValueError:
+            raise FabricSpecError(
+                ref, [SpecIssue("hosts", "must be a whole number", value)]
+            ) from None
+        if p["hosts"] < 1:
+            raise FabricSpecError(ref, [SpecIssue("hosts", "must be >= 1", p["hosts"])])
+    spec = preset_spec(base)
+    box = dict(spec["hosts"][0])
+    box.update({"name": f"{base}-{{i}}", "count": p["hosts"], "network": "leaf"})
+    return {
+        "name": f"{base}-pod{p['hosts']}",
+        "description": f"{p['hosts']} x {spec['description']}; every NIC on one leaf",
+        "switches": [{"name": "leaf", "kind": "leaf"}],
+        "hosts": [box],
+    }
+
+
+def _pod(base: str) -> Callable[[str, str], Fabric]:
+    def build(params: str, ref: str) -> Fabric:
+        return build_fabric(parse_spec(pod_spec(base, params, ref), ref), ref)
+
+    return build
+
+
+_GENERATORS: Mapping[str, Callable[[str, str], Fabric]] = {
+    "fat-tree": _fat_tree,
+    **{base: _pod(base) for base in ("dgx-a100", "dgx-h100", "hgx-b200")},
+}

@@ -12,13 +12,14 @@ crowded NVLink domain.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
-from accelnet.sched.snapshot import Placement
-from accelnet.sched.topology import DEPTHS, LEVEL_NAMES, DeviceClass
+from accelnet.sched.snapshot import JobView, Placement
+from accelnet.sched.topology import DEPTHS, LEVEL_NAMES, DeviceClass, Topology
 
 
 class PlacementStrategy(ABC):
@@ -160,6 +161,20 @@ class FirstFit(PlacementStrategy):
         return index.first_fit(cls, depth, k, within)
 
 
+class SeesTraffic(ABC):
+    """A strategy that weighs the traffic of running jobs: the scheduler calls
+    :meth:`begin` when a decision starts (the jobs holding devices) and :meth:`started` for
+    every job the decision starts."""
+
+    @abstractmethod
+    def begin(self, topo: Topology, running: Iterable[JobView]) -> None:
+        """A decision begins; ``running`` hold devices."""
+
+    @abstractmethod
+    def started(self, req: Request, placement: Placement) -> None:
+        """The decision starts ``req`` on ``placement``."""
+
+
 def _frag_aware(**params: object) -> PlacementStrategy:
     """``frag-aware`` (sched.packing), imported on first use: packing builds on this
     module, so a top-level import here would be a cycle. FragAware checks its parameters
@@ -169,6 +184,19 @@ def _frag_aware(**params: object) -> PlacementStrategy:
     return FragAware(**params)  # type: ignore[arg-type]
 
 
+def _comm_aware(**params: object) -> PlacementStrategy:
+    """``comm-aware`` (sched.commaware), imported on first use (it builds on this module)."""
+    from accelnet.sched.commaware import CommAware  # noqa: PLC0415
+
+    return CommAware(**params)  # type: ignore[arg-type]
+
+
 PLACEMENTS: Registry[PlacementStrategy] = Registry(
-    "placement strategy", {"best-fit": BestFit, "first-fit": FirstFit, "frag-aware": _frag_aware}
+    "placement strategy",
+    {
+        "best-fit": BestFit,
+        "first-fit": FirstFit,
+        "frag-aware": _frag_aware,
+        "comm-aware": _comm_aware,
+    },
 )

@@ -18,7 +18,11 @@ from accelnet.sched.topology import LEVEL_NAMES, DeviceClass, Topology
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A gang to place: ``count`` devices (or ``share`` of one) of one of ``classes``."""
+    """A gang to place: ``count`` devices (or ``share`` of one) of one of ``classes``.
+
+    ``comm_bytes``: what the gang communicates per step (allreduce), from the workload
+    hint ``bytes_per_step``; ``step_rates``: steps/s of the gang on each class, aligned with
+    ``classes`` (0 where no hint says): what communication-aware placement weighs."""
 
     job: str
     classes: tuple[DeviceClass, ...]
@@ -26,6 +30,8 @@ class Request:
     share: float
     required: DomainLevel | None
     preferred: DomainLevel | None
+    comm_bytes: float = 0.0
+    step_rates: tuple[float, ...] = ()
 
     def what(self, cls: DeviceClass | None = None) -> str:
         """``8 x H100-SXM`` (or ``0.25 of a T4``) for messages."""
@@ -140,13 +146,16 @@ def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 def make_request(job_id: str, spec: JobSpec, topo: Topology) -> Request:
     """The placement request of a job (its classes may be empty: see :func:`rejection`)."""
     acc = spec.resources.accelerators
+    classes = eligible_classes(spec, topo)
     return Request(
         job=job_id,
-        classes=eligible_classes(spec, topo),
+        classes=classes,
         count=acc.count,
         share=acc.share,
         required=spec.topology.required.domain if spec.topology.required else None,
         preferred=spec.topology.preferred.domain if spec.topology.preferred else None,
+        comm_bytes=spec.workload.bytes_per_step or 0.0,
+        step_rates=tuple(_speed(c, spec)[0] for c in classes) if spec.workload.throughput else (),
     )
 
 

@@ -19,7 +19,7 @@ from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
-from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, explain
+from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, SeesTraffic, explain
 from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, release
 from accelnet.sched.request import Rejection, Request, make_request, rejection
 from accelnet.sched.snapshot import (
@@ -162,6 +162,7 @@ class Scheduler:
         nominations: dict[str, tuple[str, ...]] = {}
         waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
         search = self.preemption.start(w.running)
+        started = _traffic(self.placement, topo, w.running)
         # devices promised to jobs by earlier preemptions are held for them alone
         held = {j.id: _reserve(index, j.nominated) for j in w.held}
         tail: Sequence[JobView] = ()
@@ -189,6 +190,7 @@ class Scheduler:
             if placed is not None:
                 index.take_all(placed.devices, placed.share)
                 starts.append(Start(job.id, placed))
+                started(req, placed)
                 _charge(usage, job.spec.tenant, placed)
                 continue
             index.rollback(mark)
@@ -309,6 +311,16 @@ def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str,
             index.take(d, share)
             taken.append((d, share))
     return tuple(taken)
+
+
+def _traffic(
+    placement: PlacementStrategy, topo: Topology, running: Collection[JobView]
+) -> Callable[[Request, Placement], None]:
+    """Tell a strategy that weighs traffic which jobs hold devices; the hook for starts."""
+    if isinstance(placement, SeesTraffic):
+        placement.begin(topo, running)
+        return placement.started
+    return lambda req, placed: None
 
 
 def _placement_after(
