@@ -19,6 +19,7 @@ from rich.progress import (
 )
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
+from accelnet.fabric import UnknownNameError
 from accelnet.sim import metrics as sim_metrics
 from accelnet.sim import report
 from accelnet.sim.engine import Simulation
@@ -83,6 +84,21 @@ def simulate(
             "off: at the one-host rate, as Gavel's simulator assumes",
         ),
     ] = True,
+    comm_model: Annotated[
+        bool,
+        typer.Option(
+            "--comm-model",
+            help="price communicating gangs with the communication model, links shared "
+            "between jobs (instead of the table's spread penalty)",
+        ),
+    ] = False,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            help="placement strategy (default: the policy's own): best-fit, first-fit, "
+            "frag-aware, comm-aware"
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     cpu_devices: CpuOpt = "per-core",
 ) -> None:
@@ -93,7 +109,7 @@ def simulate(
         fail("--policy: give at least one policy", 2)
     try:
         model = ThroughputModel.gavel(rates)
-        schedulers = [make_scheduler(n, model, round_s or 360.0) for n in names]
+        schedulers = [make_scheduler(n, model, round_s or 360.0, placement) for n in names]
         jobs, notes = load_trace(trace, model, seed)
         faults = load_failures(failures) if failures is not None else []
         if mtbf_s is not None:  # in addition to the schedule's
@@ -101,6 +117,8 @@ def simulate(
             faults += mtbf_failures(sorted(fab.devices), mtbf_s, horizon, seed, repair_s)
     except (TraceError, ValueError, OSError) as exc:
         fail(exc, 2)
+    except UnknownNameError as exc:
+        fail(f"--placement: {exc}", 2)
     if power_cap is not None and not power_cap > 0:
         fail(f"--power-cap must be > 0 W, got {power_cap}", 2)
     caps = dict.fromkeys(fab.devices, power_cap) if power_cap is not None else None
@@ -118,7 +136,7 @@ def simulate(
                 sim = Simulation(
                     fab, jobs, scheduler, model, failures=faults, round_s=round_s,
                     restart_s=restart_s, checkpoint_s=checkpoint_s, power_caps=caps,
-                    spread_penalty=spread_penalty,
+                    spread_penalty=spread_penalty, comm_model=comm_model,
                     seed=seed, policy=name, trace=trace,
                 )  # fmt: skip
             except ValueError as exc:

@@ -32,6 +32,7 @@ from accelnet.fabric import Fabric
 from accelnet.runtime.backend import Backend, SupportsProgress, TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.sched import JobSpec
+from accelnet.sim.commsim import CommSim
 from accelnet.sim.throughput import ThroughputModel
 
 
@@ -62,6 +63,9 @@ class _Run:
     began: bool = False  # the whole gang was launched and ran
     share: float = 1.0  # of each device
     failed: bool = False  # one of its devices failed: it saves nothing
+    banked: float = 0.0  # steps done in this attempt before ``since``
+    since: float = 0.0  # ``rate`` applies from here (the end of the warm-up, or a change)
+    base_rate: float = 0.0  # the table's rate, before communication under contention
 
 
 class SimBackend(Backend, SupportsProgress):
@@ -77,16 +81,20 @@ class SimBackend(Backend, SupportsProgress):
         power_caps: Mapping[str, float] | None = None,
         checkpoint_s: float = 0.0,
         spread_penalty: bool = True,
+        comm: CommSim | None = None,
     ) -> None:
         """``spec_of`` gives a job's spec by id (the engine reads its store);
         ``power_caps``: device id -> cap in W (else the device's own limit, if below its
-        model's maximum)."""
+        model's maximum); ``comm``: price communicating gangs with the communication model
+        under contention (:mod:`accelnet.sim.commsim`) instead of the table's spread
+        penalty."""
         if restart_s < 0:
             raise ValueError(f"restart_s must be >= 0, got {restart_s}")
         if checkpoint_s < 0:
             raise ValueError(f"checkpoint_s must be >= 0, got {checkpoint_s}")
         self.checkpoint_s = checkpoint_s
         self.spread_penalty = spread_penalty
+        self.comm = comm
         self._stopping: list[tuple[float, int, str]] = []  # (when, seq, task): saving first
         self.fabric = fabric
         self.clock = clock
@@ -173,14 +181,13 @@ class SimBackend(Backend, SupportsProgress):
             return 0.0
         run = self._runs.get(job_id)
         done = use.done_work
-        if run is not None and run.began and run.saving_from is None and run.finish is not None:
-            elapsed = self.clock.now() - run.started - run.warmup
+        if (
+            run is not None
+            and run.began
+            and (run.finish is not None or run.saving_from is not None)
+        ):
             total = self.spec_of(job_id).workload.total_steps or 0.0
-            done = min(total, done + max(0.0, elapsed) * run.rate)
-        elif run is not None and run.saving_from is not None:
-            total = self.spec_of(job_id).workload.total_steps or 0.0
-            elapsed = run.saving_from - run.started - run.warmup
-            done = min(total, done + max(0.0, elapsed) * run.rate)
+            done = min(total, done + _attempt_steps(run, self.clock.now()))
         return done
 
     # ----- for the engine -------------------------------------------------------------
@@ -232,13 +239,19 @@ class SimBackend(Backend, SupportsProgress):
         run.model = model
         run.began = True
         run.share = share = spec.resources.accelerators.share
+        nbytes = spec.workload.bytes_per_step or 0.0
+        talks = self.comm is not None and nbytes > 0 and run.world > 1 and share >= 1
+        if talks:
+            consolidated = True  # the communication model prices the spread instead
         run.rate = share * self.rates.rate(spec.workload.type or "generic", model, run.world,
                                            consolidated, cap)  # fmt: skip
+        run.base_rate = run.rate
         use = self.use.setdefault(run.job, JobUse())
         if use.first_start is None:
             use.first_start = now
         else:
             run.warmup = self.restart_s
+        run.since = now + run.warmup
         left = max(0.0, (spec.workload.total_steps or 0.0) - use.done_work)
         run.finish = now + run.warmup + left / run.rate
         busy_w = self.rates.power_w(model, True, cap)
@@ -252,6 +265,30 @@ class SimBackend(Backend, SupportsProgress):
         self.running += 1
         self._seq += 1
         heapq.heappush(self._heap, (run.finish, self._seq, run.job))
+        if talks:
+            assert self.comm is not None
+            self.comm.add(run.job, run.devices, nbytes)
+            self._reprice(now)
+
+    def _reprice(self, now: float) -> None:
+        """Communicating gangs' rates after one started or stopped (links shared anew)."""
+        assert self.comm is not None
+        for job in self.comm.changed():
+            run = self._runs.get(job)
+            if run is None or run.finish is None or run.saving_from is not None:
+                continue
+            rate = 1.0 / (1.0 / run.base_rate + self.comm.extra_s(job))
+            if abs(rate - run.rate) <= 1e-12 * rate:
+                continue
+            if now > run.since:
+                run.banked += (now - run.since) * run.rate
+                run.since = now
+            run.rate = rate
+            total = self.spec_of(job).workload.total_steps or 0.0
+            left = max(0.0, total - self.use[job].done_work - run.banked)
+            run.finish = run.since + left / rate
+            self._seq += 1
+            heapq.heappush(self._heap, (run.finish, self._seq, job))
 
     def _collect(self, now: float) -> None:
         stopping = self._stopping
@@ -275,8 +312,10 @@ class SimBackend(Backend, SupportsProgress):
         if not run.began:
             return  # stopped before the whole gang was launched: it never ran
         self.running -= 1
-        if run.saving_from is not None:  # no progress while saving the checkpoint
-            run.warmup += now - run.saving_from
+        talked = self.comm is not None and run.job in self.comm
+        if talked:
+            assert self.comm is not None
+            self.comm.remove(run.job)
         use = self.use[run.job]
         held = now - run.started
         use.run_s += held
@@ -287,8 +326,7 @@ class SimBackend(Backend, SupportsProgress):
         if completed:
             use.done_work = total
         elif spec.checkpointable:
-            progress = max(0.0, now - run.started - run.warmup) * run.rate
-            use.done_work = min(total, use.done_work + progress)
+            use.done_work = min(total, use.done_work + _attempt_steps(run, now))
         each = run.power_w / run.world  # busy draw of this job on one device
         for d in run.devices:
             left = self.busy.get(d, 0.0) - run.share
@@ -298,3 +336,12 @@ class SimBackend(Backend, SupportsProgress):
                 self.busy.pop(d, None)
                 self.busy_by_model[run.model] -= 1
             self.power_w -= each - self._idle_w[d] * run.share
+        if talked:
+            self._reprice(now)
+
+
+def _attempt_steps(run: _Run, now: float) -> float:
+    """Steps the running (or saving) attempt has done by ``now``: none while warming up or
+    saving its checkpoint."""
+    upto = run.saving_from if run.saving_from is not None else now
+    return run.banked + max(0.0, upto - run.since) * run.rate

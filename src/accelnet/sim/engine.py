@@ -28,6 +28,7 @@ from accelnet.runtime.store import MemoryStore, StoreError
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
 from accelnet.sim.backend import SimBackend
 from accelnet.sim.bounds import makespan_lp
+from accelnet.sim.commsim import CommSim
 from accelnet.sim.policies import model_rates
 from accelnet.sim.records import JobOutcome, Sample, SimResult
 from accelnet.sim.throughput import ThroughputModel
@@ -56,6 +57,7 @@ class Simulation:
         restart_s: float = 30.0,
         checkpoint_s: float = 0.0,
         spread_penalty: bool = True,
+        comm_model: bool = False,
         tenants: Mapping[str, Tenant] | None = None,
         power_caps: Mapping[str, float] | None = None,
         seed: int = 0,
@@ -86,7 +88,9 @@ class Simulation:
         self.backend = SimBackend(
             fabric, self.clock, rates, self._spec_of, restart_s=restart_s,
             power_caps=power_caps, checkpoint_s=checkpoint_s, spread_penalty=spread_penalty,
+            comm=CommSim(fabric) if comm_model else None,
         )  # fmt: skip
+        self.comm_model = comm_model
         self.spread_penalty = spread_penalty
         self.controller = Controller(
             fabric,

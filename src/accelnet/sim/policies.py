@@ -26,7 +26,12 @@ def model_rates(model: ThroughputModel) -> RateFn:
 
 
 def make_scheduler(
-    name: str, model: ThroughputModel | None = None, round_s: float = 360.0
+    name: str,
+    model: ThroughputModel | None = None,
+    round_s: float = 360.0,
+    placement: str | None = None,
 ) -> Scheduler:
-    """A fresh scheduler for policy ``name``; ValueError listing the known ones."""
-    return _make(name, rates=model_rates(model) if model is not None else None, round_s=round_s)
+    """A fresh scheduler for policy ``name``; ValueError listing the known ones
+    (UnknownNameError for an unknown placement)."""
+    rates = model_rates(model) if model is not None else None
+    return _make(name, rates=rates, round_s=round_s, placement=placement)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from accelnet.sched import JobSpec
+from accelnet.sim.gradients import gradient_bytes
 
 
 class RateModel(Protocol):
@@ -39,6 +40,8 @@ class SimJob:
     ``deadline`` is absolute (seconds from the trace's start), None if there is none.
     ``throughput`` (steps/s per device model, one device) is the hint the scheduler's
     ``any`` ordering reads; the simulator fills it from its throughput model.
+    ``bytes_per_step`` is what a step allreduces (by default the gradient of the job
+    type's family, :mod:`accelnet.sim.gradients`).
     """
 
     id: str
@@ -54,6 +57,7 @@ class SimJob:
     accelerators: str | None = None
     max_retries: int = 3
     throughput: Mapping[str, float] = field(default_factory=dict)
+    bytes_per_step: float | None = None  # None: the gradient of its family, if known
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -81,6 +85,11 @@ class SimJob:
                 "throughput": dict(self.throughput),
             },
         }
+        nbytes = self.bytes_per_step
+        if nbytes is None:
+            nbytes = gradient_bytes(self.job_type)
+        if nbytes:
+            body["workload"]["bytes_per_step"] = nbytes
         return JobSpec.model_validate(body)
 
 

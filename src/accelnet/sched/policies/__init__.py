@@ -44,11 +44,17 @@ ROUND_POLICIES: dict[str, Callable[[], RoundPolicy]] = {
 POLICY_NAMES = (*QUEUE_POLICIES, *ROUND_POLICIES)
 
 
-def make_scheduler(name: str, rates: RateFn | None = None, round_s: float = 360.0) -> Scheduler:
-    """A fresh scheduler for policy ``name``; ValueError listing the known ones."""
+def make_scheduler(
+    name: str, rates: RateFn | None = None, round_s: float = 360.0, placement: str | None = None
+) -> Scheduler:
+    """A fresh scheduler for policy ``name`` (with ``placement``, else the policy's own);
+    ValueError listing the known policies, UnknownNameError listing the placements."""
     if name in QUEUE_POLICIES:
-        return Scheduler(**QUEUE_POLICIES[name], rates=rates)
+        params = dict(QUEUE_POLICIES[name])
+        if placement is not None:
+            params["placement"] = placement
+        return Scheduler(**params, rates=rates)
     factory = ROUND_POLICIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
-    return RoundScheduler(factory(), round_s=round_s, rates=rates)
+    return RoundScheduler(factory(), placement or "best-fit", round_s=round_s, rates=rates)
