@@ -6,9 +6,11 @@ import pytest
 
 from accelnet.fabric import load_fabric
 from accelnet.sched import JobState, Scheduler, Snapshot
+from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.commaware import CommAware
 from accelnet.sched.commcompare import compare_placements
 from accelnet.sched.placement import PLACEMENTS
+from accelnet.sched.topology import Topology
 from tests.comm.conftest import boxes
 from tests.sched.conftest import job
 
@@ -37,9 +39,6 @@ def test_avoids_the_nics_a_running_ring_uses() -> None:
     assert {d.split("/")[0] for d in aware} == {"b-2", "b-3"}
     strategy = CommAware()
     strategy.begin(Scheduler().topology(fabric), running)
-    from accelnet.sched.capacity import CapacityIndex
-    from accelnet.sched.topology import Topology
-
     index = CapacityIndex(Topology(fabric), {d: 1.0 for d in fabric.devices})
     assert strategy.step_time(index, aware, 256e6) < 0.6 * strategy.step_time(index, blind, 256e6)
 
@@ -92,3 +91,23 @@ def test_comm_aware_against_topology_oblivious(
         assert ratio == pytest.approx(1.0)
     assert placed["comm-aware"].busbw_gbps >= placed["best-fit"].busbw_gbps - 1e-9
     assert JobState.RUNNING  # the snapshot helpers keep running jobs RUNNING
+
+
+def test_a_gang_that_must_span_boxes_is_split_evenly_over_rails() -> None:
+    # no box has 8 free: best fit takes 7 + 1 (lopsided, one rail carries the split);
+    # an even 4 + 4 lets the hierarchical allreduce use four rails each way
+    fabric = load_fabric("dgx-h100:hosts=4")
+    held = [f"dgx-h100-{h}/gpu{g}" for h, gs in ((0, (0,)), (1, (0, 1, 2)), (2, (0, 1, 2)),
+                                                   (3, (0, 1)))
+            for g in gs]  # fmt: skip
+    busy = job("busy", "H100:9", devices=tuple(held))
+    snap = Snapshot.all_ready(fabric, (busy, job("big", "H100:8", **COMM)))
+    aware = Scheduler(placement="comm-aware").decide(snap).starts[0].placement.devices
+    blind = Scheduler(placement="best-fit").decide(snap).starts[0].placement.devices
+    per_box = sorted(sum(d.startswith(f"dgx-h100-{h}/") for d in aware) for h in range(4))
+    assert per_box == [0, 0, 4, 4]
+    placed = {p.strategy: p for p in compare_placements(fabric, "H100:8", 256e6)}
+    assert placed["comm-aware"].busbw_gbps >= placed["best-fit"].busbw_gbps
+    strategy = CommAware()
+    index = CapacityIndex(Topology(fabric), {d: 1.0 for d in fabric.devices})
+    assert strategy.step_time(index, aware, 256e6) < 0.5 * strategy.step_time(index, blind, 256e6)

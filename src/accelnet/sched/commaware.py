@@ -114,7 +114,7 @@ class CommAware(BestFit, SeesTraffic):
     def _fills(self, index: CapacityIndex, cls: str, node: str, k: int) -> list[tuple[str, ...]]:
         """Ways to take ``k`` free devices in ``node``: best fit's, and, when the gang spans
         several child domains, the children quietest first (least background traffic on
-        their hosts) and roomiest first (fewest children)."""
+        their hosts), roomiest first (fewest children), and evenly over m children."""
         out = [tuple(gather(index, cls, node, k))]
         topo = index.topo
         kids = [
@@ -141,6 +141,16 @@ class CommAware(BestFit, SeesTraffic):
                 if len(devices) == k:
                     out.append(tuple(devices))
                     break
+        # balanced: the same number in each of m children (hierarchical collectives run a
+        # rail per local rank, so an even split beats a lopsided one)
+        for m in range(2, len(kids) + 1):
+            if k % m:
+                continue
+            per = k // m
+            room = sorted((c for c, n in kids if n >= per),
+                          key=lambda c: (hosts_load(c), order[c]))  # fmt: skip
+            if len(room) >= m:
+                out.append(tuple(d for c in room[:m] for d in gather(index, cls, c, per)))
         return out
 
     def _host_traffic(self) -> dict[str, int]:
