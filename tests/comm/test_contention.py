@@ -58,3 +58,9 @@ def test_overlap_hides_communication() -> None:
     job = _jobs()[0]
     hidden = CommJob(job.name, job.comm, job.nbytes, compute_s=0.01, overlap=1.0)
     assert contended(model, [hidden])["a"].step_alone_s == pytest.approx(0.01)
+
+
+def test_job_names_must_be_unique() -> None:
+    a, _ = _jobs()
+    with pytest.raises(ValueError, match="given twice: a"):
+        contended(CostModel(), [a, a])

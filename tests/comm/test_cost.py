@@ -127,3 +127,53 @@ def test_bad_requests_name_what_is_wrong() -> None:
         CostModel().estimate(comm, "allreduce", 1.0, "halving_doubling")
     with pytest.raises(CommError, match=">= 0 bytes"):
         CostModel().estimate(comm, "allreduce", -1.0)
+
+
+def test_parallel_cables_are_two_resources() -> None:
+    from accelnet.fabric.build import build_fabric, parse_spec
+
+    spec = {
+        "name": "par",
+        "switches": [{"name": "l0", "kind": "leaf"}, {"name": "l1", "kind": "leaf"},
+                     {"name": "sp", "kind": "spine"}],
+        "hosts": [{"name": "a", "count": 2, "devices": "V100", "nics": "IB-EDR", "network": "l0"},
+                  {"name": "b", "count": 2, "devices": "V100", "nics": "IB-EDR", "network": "l1"}],
+        "links": [{"a": "l0", "b": "sp", "type": "IB-EDR"}] * 2
+        + [{"a": "l1", "b": "sp", "type": "IB-EDR"}] * 2,
+    }  # fmt: skip
+    fabric = build_fabric(parse_spec(spec, "<par>"))
+    comm = Communicator(fabric, ["a-0/gpu0", "b-0/gpu0", "a-1/gpu0", "b-1/gpu0"])
+    model = CostModel()
+    from accelnet.comm import max_min_rates
+
+    paths = [model.path(comm, 0, 1), model.path(comm, 2, 3)]
+    uplinks = [next(h for h in p.hops if h[:2] == ("l0", "sp")) for p in paths]
+    assert uplinks[0] != uplinks[1]  # the router spreads them over the two cables (lanes)
+    assert max_min_rates(paths) == [12.5e9, 12.5e9]
+
+
+def test_calibrated_levels_do_not_share_a_rank_s_resources() -> None:
+    from accelnet.comm import Calibration, LevelFit
+
+    fabric = boxes(2, 2)
+    comm = Communicator(fabric, ["b-0/gpu0", "b-0/gpu1", "b-1/gpu0"])
+    cal = Calibration({"NVLINK": LevelFit(5.0, 100.0), "NETWORK_LEAF": LevelFit(20.0, 10.0)})
+    model = CostModel(calibration=cal)
+    from accelnet.comm import max_min_rates
+
+    inside, across = model.path(comm, 0, 1), model.path(comm, 0, 2)
+    assert max_min_rates([inside, across]) == [100e9, 10e9]
+    assert inside.latency_s == pytest.approx(5e-6)
+
+
+def test_paths_are_cached_per_fabric_object() -> None:
+    model = CostModel()
+    for nic, gbps in (("IB-NDR", 50.0), ("IB-HDR", 25.0), ("IB-NDR", 50.0)):
+        spec = {"name": "p", "switches": [{"name": "leaf", "kind": "leaf"}],
+                "hosts": [{"name": "h", "count": 2, "devices": "H100-SXM", "nics": nic,
+                           "network": "leaf"}]}  # fmt: skip
+        from accelnet.fabric.build import build_fabric, parse_spec
+
+        fabric = build_fabric(parse_spec(spec, "<p>"))
+        comm = Communicator(fabric, ["h-0/gpu0", "h-1/gpu0"])
+        assert min(model.path(comm, 0, 1).capacity) == gbps * 1e9

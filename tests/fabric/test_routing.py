@@ -185,3 +185,18 @@ def test_equal_cost_network_paths_are_spread_like_ecmp() -> None:
     assert again.nodes == fabric.route(dst[0], src[0]).nodes[::-1]
     fresh = load_preset("fat-tree:hosts=128,hosts_per_leaf=16,leaves_per_pod=4")
     assert fresh.route(src[0], dst[0]).nodes == again.nodes
+
+
+def test_devices_tied_on_nics_take_them_in_turn() -> None:
+    # one socket, four PCIe switches, two NICs: gpu0 is nearest nic0, gpu2 nearest nic1,
+    # gpu1 and gpu3 are as near to both: they must not pile onto one
+    from accelnet.fabric.build import build_fabric, parse_spec
+
+    spec = {"name": "t", "switches": [{"name": "leaf", "kind": "leaf"}],
+            "hosts": [{"name": "h", "count": 2, "devices": "4xV100", "sockets": 1,
+                       "pcie_switches": 4, "nics": "2xIB-EDR", "network": "leaf"}]}  # fmt: skip
+    fabric = build_fabric(parse_spec(spec, "<t>"))
+    nics = [fabric.route(f"h-0/gpu{i}", "h-1/gpu0").nodes for i in range(4)]
+    used = [next(n for n in nodes if "/nic" in n) for nodes in nics]
+    assert sorted(used).count("h-0/nic0") == 2
+    assert sorted(used).count("h-0/nic1") == 2

@@ -111,3 +111,19 @@ def test_a_gang_that_must_span_boxes_is_split_evenly_over_rails() -> None:
     strategy = CommAware()
     index = CapacityIndex(Topology(fabric), {d: 1.0 for d in fabric.devices})
     assert strategy.step_time(index, aware, 256e6) < 0.5 * strategy.step_time(index, blind, 256e6)
+
+
+@pytest.mark.parametrize("policy", ["las", "sjf", "hetero-fair"])
+def test_round_policies_place_around_running_rings_too(policy: str) -> None:
+    from accelnet.sched.policies import make_scheduler
+
+    fabric = boxes(4, 4, nics=1)
+    running = (
+        job("a", "H100:4", devices=_on(0, 0, 1) + _on(1, 0, 1), **COMM),
+        job("quiet", "H100:4", devices=_on(2, 0, 1) + _on(3, 0, 1)),
+    )
+    snap = Snapshot.all_ready(fabric, (*running, job("new", "H100:4", t=5.0, **COMM)), now=10.0)
+    decision = make_scheduler(policy, placement="comm-aware").decide(snap)
+    starts = [s for s in decision.starts if s.job == "new"]
+    assert starts, decision.waiting
+    assert {d.split("/")[0] for d in starts[0].placement.devices} == {"b-2", "b-3"}

@@ -106,3 +106,36 @@ def test_the_model_predicts_gavels_spread_penalty_on_held_out_entries() -> None:
     assert held_out["within_1_5x"] > 0.75
     # without overlap (every byte on the critical path) the model is far too pessimistic
     assert summary(check(checker, items, 0.0))["geomean_factor"] > 2.0
+
+
+def test_gangs_linked_through_a_third_are_repriced() -> None:
+    # A shares h1's NIC with C, C shares h2's NIC with B: A's coming changes C's share,
+    # which changes what C takes from B, so B is re-priced too
+    spec = {"name": "chain", "switches": [{"name": "leaf", "kind": "leaf"}],
+            "hosts": [{"name": "h", "count": 4, "devices": "8xV100", "nics": "1xEth-10G",
+                       "network": "leaf"}]}  # fmt: skip
+    fabric = build_fabric(parse_spec(spec, "<chain>"))
+    comm = CommSim(fabric)
+    nb = gradient_bytes(TYPE) or 0.0
+    comm.add("C", ("h-1/gpu0", "h-1/gpu1", "h-2/gpu0", "h-2/gpu1"), nb)
+    comm.add("B", ("h-2/gpu2", "h-2/gpu3", "h-3/gpu0", "h-3/gpu1"), nb)
+    comm.changed()
+    comm.add("A", ("h-0/gpu0", "h-0/gpu1", "h-1/gpu2", "h-1/gpu3"), nb)
+    assert comm.changed() == ["A", "B", "C"]
+
+
+def test_a_gang_saving_its_checkpoint_leaves_the_links() -> None:
+    fabric = _fabric()
+    clock = ManualClock(0.0)
+    specs = {"a": _spec("a", 10_000.0), "b": _spec("b", 10_000.0)}
+    specs = {k: v.model_copy(update={"checkpointable": True}) for k, v in specs.items()}
+    backend = SimBackend(fabric, clock, ThroughputModel.gavel(), specs.__getitem__,
+                         restart_s=0.0, checkpoint_s=50.0, comm=CommSim(fabric))  # fmt: skip
+    _launch(backend, "a", A)
+    alone = backend._runs["a"].rate
+    _launch(backend, "b", B)
+    assert backend._runs["a"].rate < alone
+    clock.set(10.0)
+    for rank in range(4):
+        backend.cancel(f"b.{rank}")  # b starts saving: its gradients stop flowing
+    assert backend._runs["a"].rate == pytest.approx(alone)

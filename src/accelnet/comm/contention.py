@@ -54,7 +54,9 @@ def step_time(job: CommJob, est: Estimate) -> float:
 
 
 def contended(model: CostModel, jobs: Sequence[CommJob]) -> dict[str, Slowdown]:
-    """Every job's step time alone and while all of ``jobs`` communicate at once."""
+    """Every job's step time alone and while all of ``jobs`` communicate at once;
+    ValueError if two jobs share a name."""
+    _unique(jobs)
     flows = {job.name: model.flows_of(job.comm, job.collective, job.nbytes) for job in jobs}
     out = {}
     for job in jobs:
@@ -82,7 +84,9 @@ class LinkShare:
 
 def link_shares(model: CostModel, jobs: Sequence[CommJob]) -> list[LinkShare]:
     """How the jobs' busiest phases share every link direction they cross, all at once;
-    links crossed by more than one job first, busiest first."""
+    links crossed by more than one job first, busiest first; ValueError if two jobs share
+    a name."""
+    _unique(jobs)
     owners: list[str] = []
     paths: list[Path] = []
     for job in jobs:
@@ -98,3 +102,10 @@ def link_shares(model: CostModel, jobs: Sequence[CommJob]) -> list[LinkShare]:
             by_job[owner] = by_job.get(owner, 0.0) + rate
     out = [LinkShare(hop, caps[hop], shares) for hop, shares in table.items()]
     return sorted(out, key=lambda s: (-len(s.shares), -s.used / s.capacity, s.link))
+
+
+def _unique(jobs: Sequence[CommJob]) -> None:
+    names = [j.name for j in jobs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"job names must be unique; given twice: {', '.join(twice)}")

@@ -25,10 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from accelnet.comm.algorithms import ALGORITHMS, Algorithm, Collective, Phase, busbw_factor, phases
 from accelnet.comm.communicator import CommError, Communicator
-from accelnet.comm.flows import Path, max_min_rates
+from accelnet.comm.flows import Path, Traffic, max_min_rates
+from accelnet.fabric import Fabric
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,43 +136,70 @@ class CostModel:
 
     ``step_us``: software overhead per step on top of the route latency; ``launch_us``: per
     collective; ``efficiency``: the fraction of link bandwidth a transport reaches (1 = the
-    wire). A calibrated level replaces all three for its routes.
+    wire). A calibrated level replaces the route's latency, ``step_us`` and the bandwidth
+    (and so ``efficiency``) for its routes; ``launch_us`` still applies.
     """
 
     step_us: float = 1.0
     launch_us: float = 5.0
     efficiency: float = 1.0
     calibration: Calibration | None = None
-    _paths: dict[tuple[int, str, str], Path] = field(default_factory=dict, repr=False)
+    _paths: WeakKeyDictionary[Fabric, dict[tuple[str, str], Path]] = field(
+        default_factory=WeakKeyDictionary, repr=False
+    )
+    _lanes: WeakKeyDictionary[Fabric, dict[int, int]] = field(
+        default_factory=WeakKeyDictionary, repr=False
+    )
 
     def path(self, comm: Communicator, i: int, j: int) -> Path:
-        """The path flows from rank ``i`` to rank ``j`` take, as the model sees it."""
+        """The path flows from rank ``i`` to rank ``j`` take, as the model sees it (cached
+        per fabric; change the model's figures on a new model, not this one)."""
         a, b = comm.ranks[i], comm.ranks[j]
-        key = (id(comm.fabric), a, b)
-        found = self._paths.get(key)
+        cache = self._paths.setdefault(comm.fabric, {})
+        found = cache.get((a, b))
         if found is not None:
             return found
         route = comm.route(i, j)
-        fit = self.calibration.levels.get(route.level.name) if self.calibration else None
+        level = route.level.name
+        fit = self.calibration.levels.get(level) if self.calibration else None
         if fit is not None:
-            # measured figures: each rank's sending and receiving side is the bottleneck
+            # measured figures: each rank's sending and receiving side (at this level) is
+            # the bottleneck
             cap = fit.bandwidth_gbps * 1e9
-            found = Path(((a, "", a), ("", b, b)), (cap, cap), fit.alpha_us * 1e-6)
+            hops = ((a, level, a, 0), (level, b, b, 0))
+            found = Path(hops, (cap, cap), fit.alpha_us * 1e-6)
         else:
-            base = Path.of(route)
+            base = Path.of(route, self._lanes_of(comm.fabric))
             caps = tuple(c * self.efficiency for c in base.capacity)
             found = Path(base.hops, caps, base.latency_s + self.step_us * 1e-6)
-        self._paths[key] = found
+        cache[(a, b)] = found
+        return found
+
+    def _lanes_of(self, fabric: Fabric) -> dict[int, int]:
+        """``id(link) -> lane`` for the fabric's parallel network links."""
+        found = self._lanes.get(fabric)
+        if found is None:
+            seen: dict[tuple[str, str], int] = {}
+            found = {}
+            for link in fabric.external_links:
+                key = (link.a, link.b)
+                lane = seen.get(key, 0)
+                seen[key] = lane + 1
+                if lane:
+                    found[id(link)] = lane
+            self._lanes[fabric] = found
         return found
 
     def phase_time(
-        self, comm: Communicator, phase: Phase, background: Sequence[Path] = ()
+        self, comm: Communicator, phase: Phase, background: Traffic | Sequence[Path] = ()
     ) -> tuple[float, float]:
         """(latency part, bandwidth part) of one phase, with ``background`` flows competing."""
         if not phase.flows:
             return 0.0, 0.0
         paths = [self.path(comm, i, j) for i, j, _ in phase.flows]
-        rates = max_min_rates([*paths, *background])
+        # flows that share no link with the phase change its rates only at second order,
+        # which the model leaves out: pricing stays cheap with hundreds of running rings
+        rates = max_min_rates([*paths, *as_traffic(background).touching(paths)])
         alpha = max(p.latency_s for p in paths)
         beta = max(
             (size / rate if rate > 0 else float("inf"))
@@ -186,7 +215,7 @@ class CostModel:
         collective: Collective,
         nbytes: float,
         algorithm: Algorithm,
-        background: Sequence[Path] = (),
+        background: Traffic | Sequence[Path] = (),
     ) -> Estimate | None:
         """The estimate for one algorithm; None if it does not apply."""
         plan = phases(algorithm, collective, comm, nbytes)
@@ -205,12 +234,13 @@ class CostModel:
         comm: Communicator,
         collective: Collective | str,
         nbytes: float,
-        background: Sequence[Path] = (),
+        background: Traffic | Sequence[Path] = (),
     ) -> list[Estimate]:
         """Every applicable algorithm's estimate, fastest first."""
         coll = _collective(collective)
         if nbytes < 0:
             raise CommError(f"message size must be >= 0 bytes, got {nbytes}")
+        background = as_traffic(background)
         out = [
             e
             for alg in ALGORITHMS[coll]
@@ -224,10 +254,11 @@ class CostModel:
         collective: Collective | str,
         nbytes: float,
         algorithm: Algorithm | str | None = None,
-        background: Sequence[Path] = (),
+        background: Traffic | Sequence[Path] = (),
     ) -> Estimate:
         """The estimate with ``algorithm``, or with the fastest one for this size (None)."""
         coll = _collective(collective)
+        background = as_traffic(background)
         if algorithm is None:
             return self.estimates(comm, coll, nbytes, background)[0]
         alg = _algorithm(algorithm)
@@ -252,6 +283,11 @@ class CostModel:
             return []
         phase = max(plan, key=lambda ph: sum(self.phase_time(comm, ph)))
         return [self.path(comm, i, j) for i, j, _ in phase.flows]
+
+
+def as_traffic(background: Traffic | Sequence[Path]) -> Traffic:
+    """``background`` indexed (as it is, if it already is)."""
+    return background if isinstance(background, Traffic) else Traffic(background)
 
 
 def _collective(value: Collective | str) -> Collective:

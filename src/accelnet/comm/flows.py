@@ -10,13 +10,15 @@ and no flow could get more without taking from a flow that has less.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from accelnet.fabric import Route
 
-LinkDir = tuple[str, str, str]
-"""One direction of a link: ``(end a, end b, the end the bytes leave from)``."""
+LinkDir = tuple[str, str, str, int]
+"""One direction of a link: ``(end a, end b, the end the bytes leave from, lane)``; ``lane``
+tells parallel links between the same two nodes apart (0 for a single link)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +31,15 @@ class Path:
     latency_s: float
 
     @classmethod
-    def of(cls, route: Route) -> Path:
-        """The path of a fabric route (an empty one for a device to itself)."""
-        hops = []
+    def of(cls, route: Route, lanes: Mapping[int, int] | None = None) -> Path:
+        """The path of a fabric route (an empty one for a device to itself). ``lanes``:
+        ``id(link) -> lane`` for links that have parallel twins (the fabric's own link
+        objects), so that two cables between the same switches stay two resources."""
+        hops: list[LinkDir] = []
         caps = []
         for frm, link in zip(route.nodes[:-1], route.links, strict=True):
-            hops.append((link.a, link.b, frm))
+            lane = lanes.get(id(link), 0) if lanes else 0
+            hops.append((link.a, link.b, frm, lane))
             caps.append(link.bandwidth_gbps * 1e9)
         return cls(tuple(hops), tuple(caps), route.latency_us * 1e-6)
 
@@ -45,7 +50,8 @@ def max_min_rates(paths: Sequence[Path]) -> list[float]:
     Progressive filling: raise every unfrozen flow's rate together until some link direction
     is full, freeze the flows that cross it, repeat. On every link that limits a flow, the
     rates of the flows that cross it sum to its capacity. A flow with no hops (a device to
-    itself) gets ``inf``. O(links x rounds).
+    itself) gets ``inf``. A heap of the links' fair shares (stale entries skipped):
+    O(hops x log links).
     """
     rates = [float("inf")] * len(paths)
     left: dict[LinkDir, float] = {}
@@ -54,19 +60,30 @@ def max_min_rates(paths: Sequence[Path]) -> list[float]:
         for hop, cap in zip(path.hops, path.capacity, strict=True):
             left[hop] = min(left.get(hop, cap), cap)
             users.setdefault(hop, []).append(f)
-    active = {f for f, path in enumerate(paths) if path.hops}
     count = {hop: len(fs) for hop, fs in users.items()}
-    while active:
-        hop = min((h for h in count if count[h] > 0), key=lambda h: left[h] / count[h])
-        share = max(0.0, left[hop] / count[hop])
+    heap = [(left[h] / n, i, h) for i, (h, n) in enumerate(count.items())]
+    heapq.heapify(heap)
+    order = {h: i for i, h in enumerate(count)}  # tie-break: first seen
+    frozen = [not path.hops for path in paths]
+    while heap:
+        share, _, hop = heapq.heappop(heap)
+        n = count.get(hop, 0)
+        if n == 0 or share != left[hop] / n:
+            continue  # stale: the link's share changed since this entry was pushed
+        share = max(0.0, share)
+        touched: set[LinkDir] = set()
         for f in users[hop]:
-            if f not in active:
+            if frozen[f]:
                 continue
-            active.discard(f)
+            frozen[f] = True
             rates[f] = share
             for h in paths[f].hops:
                 left[h] -= share
                 count[h] -= 1
+                touched.add(h)
+        for h in touched:
+            if count[h] > 0:
+                heapq.heappush(heap, (left[h] / count[h], order[h], h))
     return rates
 
 
@@ -86,3 +103,31 @@ def capacities(paths: Sequence[Path]) -> Mapping[LinkDir, float]:
         for hop, cap in zip(path.hops, path.capacity, strict=True):
             out[hop] = min(out.get(hop, cap), cap)
     return out
+
+
+class Traffic:
+    """Background flows indexed by the link directions they cross, so that a phase finds the
+    flows it shares a link with without scanning them all. Immutable once built; ``plus``
+    returns a new one."""
+
+    def __init__(self, paths: Sequence[Path] = ()) -> None:
+        self.paths: tuple[Path, ...] = tuple(paths)
+        self._by_hop: dict[LinkDir, list[int]] = {}
+        for i, path in enumerate(self.paths):
+            for hop in path.hops:
+                self._by_hop.setdefault(hop, []).append(i)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def plus(self, more: Sequence[Path]) -> Traffic:
+        """These flows and ``more``."""
+        return Traffic([*self.paths, *more])
+
+    def touching(self, paths: Sequence[Path]) -> list[Path]:
+        """The flows that share a link direction with any of ``paths``, each once."""
+        found: set[int] = set()
+        for path in paths:
+            for hop in path.hops:
+                found.update(self._by_hop.get(hop, ()))
+        return [self.paths[i] for i in sorted(found)]

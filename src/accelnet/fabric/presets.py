@@ -344,8 +344,10 @@ def pod_spec(base: str, params: str, ref: str) -> dict[str, Any]:
     p = {"hosts": 4}
     for item in filter(None, (x.strip() for x in params.split(","))):
         key, eq, value = item.partition("=")
-        if key.strip() != "hosts" or not eq:
+        if key.strip() != "hosts":
             raise FabricSpecError(ref, [SpecIssue(key, "unknown parameter; known: hosts", value)])
+        if not eq:
+            raise FabricSpecError(ref, [SpecIssue(key, "needs a value: hosts=N", None)])
         try:
             p["hosts"] = int(value)
         except ValueError:

@@ -194,6 +194,7 @@ class Router:
         self._layouts: dict[int, _LayoutRoutes] = {}
         self._exits: dict[str, tuple[str, ...]] = {}
         self._nearest: dict[tuple[int, tuple[str, ...], str], tuple[tuple[str, _Path], ...]] = {}
+        self._tie_groups: dict[tuple[int, tuple[str, ...], tuple[str, ...]], list[str]] = {}
         self._widest: dict[str, dict[str, float]] = {}
         self._trees: dict[
             tuple[str, float],
@@ -273,15 +274,39 @@ class Router:
         key = (host.layout_key, exits, local)
         found = self._nearest.get(key)
         if found is None:
-            lr = self._layout(host)
-            layout = host.layout
-            # another device is never a way out: devices are end points, not transit
-            usable = [e for e in exits if e == local or layout.node_kind(e) is not None]
-            paths = [(e, lr.path(local, e)) for e in usable]
-            reachable = [(e, p) for e, p in paths if p is not None]
-            reachable.sort(key=lambda ep: _exit_rank(ep[1]))
-            found = self._nearest[key] = tuple(_spread(reachable, _device_ordinal(layout, local)))
+            ranked = self._ranked_exits(host, exits, local)
+            found = tuple(_spread(ranked, self._tie_ordinal(host, exits, local, ranked)))
+            self._nearest[key] = found
         return found
+
+    def _ranked_exits(
+        self, host: Host, exits: tuple[str, ...], local: str
+    ) -> list[tuple[str, _Path]]:
+        """Exits ``local`` reaches, widest then nearest (ties in layout order)."""
+        lr = self._layout(host)
+        layout = host.layout
+        # another device is never a way out: devices are end points, not transit
+        usable = [e for e in exits if e == local or layout.node_kind(e) is not None]
+        paths = [(e, lr.path(local, e)) for e in usable]
+        reachable = [(e, p) for e, p in paths if p is not None]
+        reachable.sort(key=lambda ep: _exit_rank(ep[1]))
+        return reachable
+
+    def _tie_ordinal(
+        self, host: Host, exits: tuple[str, ...], local: str, ranked: list[tuple[str, _Path]]
+    ) -> int:
+        """``local``'s position among the host's devices whose nearest exits are the same
+        tied set as its own (so that they take those exits in turn)."""
+        mine = _first_ties(ranked)
+        if len(mine) < 2:
+            return 0
+        key = (host.layout_key, exits, mine)
+        order = self._tie_groups.get(key)
+        if order is None:
+            order = [d.name for d in host.layout.devices
+                     if _first_ties(self._ranked_exits(host, exits, d.name)) == mine]  # fmt: skip
+            self._tie_groups[key] = order
+        return order.index(local) if local in order else 0
 
     # ----- across the network -------------------------------------------------------
     def _external_route(
@@ -419,15 +444,18 @@ def _exit_rank(p: _Path) -> tuple[float, float, int]:
     return (-p.bandwidth, p.latency, len(p.links))
 
 
-def _device_ordinal(layout: HostLayout, local: str) -> int:
-    names = [d.name for d in layout.devices]
-    return names.index(local) if local in names else 0
+def _first_ties(ranked: list[tuple[str, _Path]]) -> tuple[str, ...]:
+    """The exits tied for nearest, sorted."""
+    if not ranked:
+        return ()
+    best = _exit_rank(ranked[0][1])
+    return tuple(sorted(e for e, p in ranked if _exit_rank(p) == best))
 
 
 def _spread(ranked: list[tuple[str, _Path]], ordinal: int) -> list[tuple[str, _Path]]:
-    """Exits equally near a device, rotated by the device's ordinal: devices that share a
-    set of equal NICs use them in turn (one rail each, as NCCL pairs GPUs with NICs), not
-    all the first."""
+    """Exits equally near a device, rotated by the device's ordinal among the devices tied
+    on the same exits: they use them in turn (one rail each, as NCCL pairs GPUs with NICs),
+    not all the first."""
     out: list[tuple[str, _Path]] = []
     i = 0
     while i < len(ranked):

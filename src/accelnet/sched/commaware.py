@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from accelnet.comm import Communicator, CostModel, Path
+from accelnet.comm.flows import Traffic
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.packing import _by_count
@@ -42,12 +43,14 @@ class CommAware(BestFit, SeesTraffic):
         self.model = model or CostModel()
         self.max_candidates = max_candidates
         self._flows: dict[str, tuple[tuple[str, ...], list[Path]]] = {}
-        self._background: list[Path] = []
+        self._background = Traffic()
         self._topo: Topology | None = None
 
     # ----- traffic ----------------------------------------------------------------------
     def begin(self, topo: Topology, running: Iterable[JobView]) -> None:
         """A decision begins: these jobs hold devices (their rings are the background)."""
+        if topo is not self._topo:
+            self._flows = {}  # another fabric: nothing cached applies
         self._topo = topo
         keep: dict[str, tuple[tuple[str, ...], list[Path]]] = {}
         for job in running:
@@ -60,7 +63,7 @@ class CommAware(BestFit, SeesTraffic):
                 old = (devices, self._ring_flows(topo, devices, nbytes))
             keep[job.id] = old
         self._flows = keep
-        self._background = [p for _, flows in keep.values() for p in flows]
+        self._background = Traffic([p for _, flows in keep.values() for p in flows])
 
     def started(self, req: Request, placement: Placement) -> None:
         """The decision starts ``req`` on ``placement``: its ring joins the background."""
@@ -68,7 +71,7 @@ class CommAware(BestFit, SeesTraffic):
             return
         flows = self._ring_flows(self._topo, placement.devices, req.comm_bytes)
         self._flows[req.job] = (placement.devices, flows)
-        self._background += flows
+        self._background = self._background.plus(flows)
 
     def _ring_flows(self, topo: Topology, devices: tuple[str, ...], nbytes: float) -> list[Path]:
         return self.model.flows_of(Communicator(topo.fabric, devices), "allreduce", nbytes)
@@ -156,7 +159,7 @@ class CommAware(BestFit, SeesTraffic):
     def _host_traffic(self) -> dict[str, int]:
         """Background flows touching each host (any hop inside it)."""
         out: dict[str, int] = {}
-        for path in self._background:
+        for path in self._background.paths:
             hosts = {end.split("/", 1)[0] for hop in path.hops for end in hop[:2] if "/" in end}
             for h in hosts:
                 out[h] = out.get(h, 0) + 1

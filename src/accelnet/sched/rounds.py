@@ -45,7 +45,7 @@ from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import explain
-from accelnet.sched.scheduler import Scheduler, Walk, canonical_quota
+from accelnet.sched.scheduler import Scheduler, Walk, canonical_quota, traffic_hook
 from accelnet.sched.snapshot import Decision, JobView, Preempt, Start, Tenant
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
@@ -286,6 +286,7 @@ class RoundScheduler(Scheduler):
     def _starts(self, queued: Sequence[JobView], w: Walk, waiting: dict[str, str]) -> list[Start]:
         """Planned queued jobs onto free devices of their model (the rest wait, why noted)."""
         starts: list[Start] = []
+        started = traffic_hook(self.placement, w.topo, w.running)
         for job in queued:
             model = self._plan.get(job.id)
             never, req = self.request(job, w.topo)
@@ -302,6 +303,7 @@ class RoundScheduler(Scheduler):
                 continue
             w.index.take_all(placed.devices, placed.share)
             starts.append(Start(job.id, placed))
+            started(mine, placed)
         return starts
 
     def _why(self, job: JobView, planned: str | None) -> str:

@@ -162,7 +162,7 @@ class Scheduler:
         nominations: dict[str, tuple[str, ...]] = {}
         waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
         search = self.preemption.start(w.running)
-        started = _traffic(self.placement, topo, w.running)
+        started = traffic_hook(self.placement, topo, w.running)
         # devices promised to jobs by earlier preemptions are held for them alone
         held = {j.id: _reserve(index, j.nominated) for j in w.held}
         tail: Sequence[JobView] = ()
@@ -313,10 +313,11 @@ def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str,
     return tuple(taken)
 
 
-def _traffic(
+def traffic_hook(
     placement: PlacementStrategy, topo: Topology, running: Collection[JobView]
 ) -> Callable[[Request, Placement], None]:
-    """Tell a strategy that weighs traffic which jobs hold devices; the hook for starts."""
+    """Tell a strategy that weighs traffic which jobs hold devices (a decision begins);
+    returns what to call for every start (a no-op for other strategies)."""
     if isinstance(placement, SeesTraffic):
         placement.begin(topo, running)
         return placement.started

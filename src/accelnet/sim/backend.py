@@ -151,6 +151,9 @@ class SimBackend(Backend, SupportsProgress):
             if run.saving_from is None:
                 run.saving_from = now  # progress stops here; the devices stay busy saving
                 run.finish = None
+                if self.comm is not None and job in self.comm:
+                    self.comm.remove(job)  # saving a checkpoint: no more gradient traffic
+                    self._reprice(now)
             self._seq += 1
             heapq.heappush(self._stopping, (now + self.checkpoint_s, self._seq, task_id))
             return

@@ -76,14 +76,26 @@ class CommSim:
             self._touch(gang.links)
 
     def _touch(self, links: frozenset[LinkDir]) -> None:
-        for name, gang in self._gangs.items():
-            if gang.extra_s is None or gang.links & links:
-                gang.extra_s = None
-                self._dirty.add(name)
+        """A gang with ``links`` came or went: every gang linked to it through a chain of
+        shared links may now get a different share (max-min sharing is global), so the
+        whole connected group is re-priced."""
+        group = set(links)
+        joined: set[str] = set()
+        grown = True
+        while grown:
+            grown = False
+            for name, gang in self._gangs.items():
+                if name not in joined and (gang.extra_s is None or gang.links & group):
+                    joined.add(name)
+                    group |= gang.links
+                    grown = True
+        for name in joined:
+            self._gangs[name].extra_s = None
+        self._dirty |= joined
 
     def changed(self) -> list[str]:
-        """The gangs whose extra step time may have changed since the last call (they
-        share a link with a gang that came or went)."""
+        """The gangs whose extra step time may have changed since the last call (linked,
+        through shared links, to a gang that came or went)."""
         out = sorted(self._dirty)
         self._dirty.clear()
         return out
