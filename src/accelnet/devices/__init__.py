@@ -23,3 +23,30 @@ __all__ = [
     "refreshed",
     "release",
 ]
+
+# Telemetry (pure parts; the samplers are in accelnet.devices.samplers).
+from accelnet.devices.history import (
+    Downsampler,
+    FieldStats,
+    HistoryBucket,
+    coarsen,
+    downsample,
+)
+from accelnet.devices.telemetry import (
+    DeviceSample,
+    Sampler,
+    SampleRing,
+    SamplerUnavailableError,
+)
+
+__all__ += [
+    "DeviceSample",
+    "Downsampler",
+    "FieldStats",
+    "HistoryBucket",
+    "SampleRing",
+    "Sampler",
+    "SamplerUnavailableError",
+    "coarsen",
+    "downsample",
+]
