@@ -118,25 +118,6 @@ def test_console_script_runs_for_real(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["label"] == "SYS"
 
 
-def test_demo_runs_all_four_workloads(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    result = runner.invoke(
-        app, ["demo", "--quick", "--out", str(out), "--json"], env={"COLUMNS": "200"}
-    )
-    assert result.exit_code == 0, result.stderr
-    data = json.loads(result.stdout)
-    assert data["schema"] == "accelnet.demo/v1" and not data["emulated"]
-    assert {j: v["state"] for j, v in data["jobs"].items()} == dict.fromkeys(
-        ["inference", "render-tiles", "data-partitions", "video-motion", "render-assemble",
-         "data-merge"], "succeeded",
-    )  # fmt: skip
-    for rel in ("inference/report.json", "render/render.png", "data/summary.json",
-                "video/motion.gif", "video/strip.png"):  # fmt: skip
-        assert (out / rel).stat().st_size > 0
-    assert len(data["jobs"]["render-tiles"]["devices"]) == len(set(
-        data["jobs"]["render-tiles"]["devices"]))  # fmt: skip
-
-
 def test_user_text_is_never_read_as_markup(tmp_path: Path) -> None:
     code, _, err = run("fabric", "route", "dgx-h100", "[/x]", "gpu0")
     assert code == 2 and "no device '[/x]'" in err

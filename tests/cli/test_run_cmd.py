@@ -61,3 +61,15 @@ def test_a_run_with_a_store_file_resumes_instead_of_rerunning(tmp_path: Path) ->
     assert second.exit_code == 0, second.stderr
     assert json.loads(second.stdout)["jobs"][0]["id"] == "once"
     assert count.read_text().split() == ["x"]  # ran once, not twice
+
+
+def test_a_job_file_of_jobs_consuming_each_others_outputs(tmp_path: Path) -> None:
+    dag = Path(__file__).parents[2] / "examples" / "jobs" / "dag.yaml"
+    args = ["run", str(dag), "--out", str(tmp_path / "o"), "--json", "--fabric", "pcie-4xL4"]
+    r = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.stderr
+    jobs = {j["name"]: j for j in json.loads(r.stdout)["jobs"]}
+    assert jobs["report"]["inputs"] == {"parts": jobs["split"]["id"], "sum": jobs["total"]["id"]}
+    assert (Path(jobs["total"]["output"]) / "total.txt").read_text().strip() == "4950"
+    report = Path(jobs["report"]["logs"]) / f"{jobs['report']['log_prefix']}.0.out"
+    assert report.read_text().strip() == "sum 4950 of 100 numbers"

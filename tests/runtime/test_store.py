@@ -82,7 +82,7 @@ def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value='99' WHERE key='version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 2"):
+    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 3"):
         SqliteStore(db)
     assert os.path.exists(db)
 
@@ -120,4 +120,57 @@ def test_a_version_1_store_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> Non
     assert again.get("old-1").attained == (("H100-SXM", 12.5),)
     assert again.get("old-1").done == 40.0
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("2",)
+    assert version.fetchone() == ("3",)
+
+
+def test_inputs_are_kept_and_jobs_found_by_name(store: Store) -> None:
+    a = JobSpec.model_validate({"name": "split", "run": "true"})
+    b = JobSpec.model_validate({"name": "merge", "run": "true", "inputs": {"parts": "split"}})
+    store.add(JobRecord("split-1", a, JobState.PENDING, 1.0))
+    store.add(JobRecord("split-2", a, JobState.PENDING, 2.0))
+    store.add(JobRecord("merge-1", b, JobState.PENDING, 3.0, inputs=(("parts", "split-2"),)))
+    store.transition("merge-1", JobState.ADMITTED, 4.0, "inputs ready")
+    assert store.get("merge-1").inputs == (("parts", "split-2"),)
+    found = store.latest_named("split")
+    assert found is not None and found.id == "split-2"
+    assert store.latest_named("nothing") is None
+
+
+def test_a_version_2_store_is_migrated_with_names_and_no_inputs(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "v2.db"
+    con = sqlite3.connect(db)  # the version 2 schema, as it was before inputs
+    con.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('version', '2');
+        CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
+            spec TEXT NOT NULL, state TEXT NOT NULL, submitted_at REAL NOT NULL,
+            attempts INTEGER NOT NULL, started_at REAL, finished_at REAL, placement TEXT,
+            nominated TEXT NOT NULL, result BLOB, error TEXT, payload BLOB,
+            failures INTEGER NOT NULL DEFAULT 0, attained TEXT NOT NULL DEFAULT '',
+            done REAL NOT NULL DEFAULT 0);
+        """
+    )
+    spec = JobSpec.model_validate({"name": "old", "run": "true"})
+    for i in (1, 2):
+        con.execute(
+            "INSERT INTO jobs(id, spec, state, submitted_at, attempts, nominated) "
+            "VALUES(?, ?, 'succeeded', 5.0, 1, '')",
+            (f"old-{i}", spec.model_dump_json()),
+        )
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    assert store.get("old-1").inputs == ()
+    latest = store.latest_named("old")
+    assert latest is not None and latest.id == "old-2"
+    new = JobSpec.model_validate({"name": "new", "run": "true", "inputs": {"src": "old"}})
+    store.add(JobRecord("new-1", new, JobState.PENDING, 6.0, inputs=(("src", "old-2"),)))
+    store.close()
+    again = SqliteStore(db)
+    assert again.get("new-1").inputs == (("src", "old-2"),)
+    assert again.get("new-1").spec.inputs == {"src": "old"}
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == ("3",)

@@ -1,13 +1,14 @@
 """``accelnet plan FABRIC JOB.yaml...``: where each job would go, and why others wait.
 
 Nothing runs: the jobs are queued in the order given on an idle fabric and the scheduler
-makes one decision.
+makes one decision. A job that consumes other jobs' outputs (``inputs``) waits for them.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -42,9 +43,13 @@ def plan(
     if dupes:
         fail(f"job names must be unique across files: {', '.join(dupes)}", 1)
     views = tuple(
-        JobView(s.name, s, JobState.ADMITTED, submitted_at=float(i)) for i, s in enumerate(specs)
+        JobView(s.name, s, JobState.PENDING if s.inputs else JobState.ADMITTED, float(i))
+        for i, s in enumerate(specs)
     )
     decision = scheduler.decide(Snapshot.all_ready(fab, views))
+    held = {s.name: "waits for its inputs: " + ", ".join(sorted(set(s.inputs.values())))
+            for s in specs if s.inputs}  # fmt: skip
+    decision = replace(decision, waiting={**decision.waiting, **held})
     if as_json:
         data = {"fabric": fab.name, "jobs": names, **decision.to_json()}
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")

@@ -88,6 +88,7 @@ def run(
                 time.sleep(0.25)
             live.update(_table(handles, emulated, cluster.reason))
         records = [h.record for h in handles]
+        outputs = {h.id: str(h.output) for h in handles}
     ok = all(r.state.value == "succeeded" for r in records)
     if as_json:
         data = {
@@ -98,6 +99,8 @@ def run(
                 {"id": r.id, "name": r.spec.name, "state": r.state.value, "attempts": r.attempts,
                  "devices": list(r.placement.devices) if r.placement else [],
                  "error": r.error, "logs": str(out.resolve() / "logs"),
+                 "output": outputs[r.id],
+                 "inputs": dict(r.inputs),
                  "log_prefix": f"{r.id}.{r.attempts}"}
                 for r in records
             ],

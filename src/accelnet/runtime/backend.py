@@ -27,6 +27,8 @@ class TaskSpec:
     ``<log_dir>/<task_id>.out`` and ``.err`` once the task ends; a stream the task wrote
     nothing to may have no file (read as empty). A backend that is
     :class:`SupportsLiveLogs` says where the output of a running task is meanwhile.
+    ``attempt`` counts the job's launches (from 1); ``inputs`` maps each alias to the job
+    whose outputs the task consumes, which a :class:`SupportsHandoff` backend hands over.
     """
 
     task_id: str
@@ -40,6 +42,8 @@ class TaskSpec:
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     log_dir: str = "."
+    attempt: int = 1
+    inputs: dict[str, str] = field(default_factory=dict)
 
 
 class TaskEventKind(StrEnum):
@@ -108,3 +112,16 @@ class SupportsProgress(ABC):
     def progress(self, job_id: str) -> float | None:
         """Steps ``job_id`` has done and kept so far, its current attempt included (None if
         unknown)."""
+
+
+class SupportsHandoff(ABC):
+    """Capability: data hand-off. Each job has an output location its tasks write to; a
+    task gets the output locations of the jobs in its ``inputs`` (by reference: nothing
+    is copied), and the tasks of one attempt share a scratch area for streaming data
+    between them (shared memory on the local backend), which the backend removes when the
+    attempt's last task has ended, however it ended."""
+
+    @abstractmethod
+    def output_location(self, job_id: str) -> str:
+        """Where ``job_id``'s outputs are (a folder on the local backend); what the tasks
+        of a job consuming them are given."""

@@ -8,7 +8,9 @@ tasks are cancelled. Time comes from the injected clock; there is no simulation 
 
 A job of N devices runs as N tasks (ranks). It succeeds when every rank succeeds; when one
 fails the others are cancelled and the job is requeued while its retry budget lasts.
-Released devices are refreshed (worker recycled, scratch cleaned) before reuse.
+Released devices are refreshed (worker recycled, scratch cleaned) before reuse. A job that
+consumes earlier jobs' outputs (``inputs``) is held, PENDING, until they have succeeded
+(:mod:`accelnet.runtime.inputs`), and fails if one of them fails or is cancelled.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from accelnet.devices import refreshed as refresh_done
 from accelnet.fabric import Fabric
 from accelnet.runtime.backend import (
     Backend,
+    SupportsHandoff,
     SupportsLiveLogs,
     SupportsProgress,
     SupportsRefresh,
@@ -43,7 +46,8 @@ from accelnet.runtime.backend import (
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.entry import call_entrypoint
-from accelnet.runtime.store import JobRecord, Store
+from accelnet.runtime.inputs import InputGate, resolve, verdict
+from accelnet.runtime.store import JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
 from accelnet.sched.scheduler import Reasons
@@ -109,6 +113,7 @@ class Controller:
         if isinstance(backend, SupportsProgress):
             self.session.progress = backend.progress
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
+        self._gate = InputGate()  # jobs held until their input jobs succeed
         self._recover()
 
     # ----- start-up -----------------------------------------------------------------
@@ -135,23 +140,27 @@ class Controller:
                 placement=None,
             )  # fmt: skip
         for rec in self.store.jobs([JobState.PENDING]):
-            self._admit(rec.id, now)
+            self._admit_or_hold(self._keep(rec), now)
 
     # ----- public -------------------------------------------------------------------
     def submit(self, spec: JobSpec, payload: bytes | None = None, job_id: str | None = None) -> str:
-        """Accept a job (durably) and admit it; JobRejectedError if the fabric can never
-        run it (nothing is stored then). Returns the job id."""
+        """Accept a job (durably) and admit it, or hold it until its input jobs succeed;
+        JobRejectedError if the fabric can never run it or an input names no known job
+        (nothing is stored then). Returns the job id."""
         never = rejection(spec, self.topology)
         if never is not None:
             raise JobRejectedError(
                 f"job {spec.name}: {never.key} = {never.value!r}: {never.message}"
             )
+        try:
+            inputs = resolve(spec, self.store)
+        except LookupError as exc:
+            raise JobRejectedError(f"job {spec.name}: {exc.args[0]}") from None
         jid = job_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
         now = self.clock.now()
-        rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload)
+        rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload, inputs=inputs)
         self.store.add(rec)
-        self._keep(rec)
-        self._admit(jid, now)
+        self._admit_or_hold(self._keep(rec), now)
         return jid
 
     def cancel(self, job_id: str) -> None:
@@ -208,6 +217,9 @@ class Controller:
 
     def reason(self, job_id: str) -> str | None:
         """Why a queued job is waiting (None if it is not queued)."""
+        held = self._gate.reason(job_id, self._state_of)
+        if held is not None:
+            return held
         found = self._reasons.get(job_id)
         return found if found is not None else self.session.reason(job_id)
 
@@ -237,13 +249,42 @@ class Controller:
         if to.is_finished():
             self._live.pop(jid, None)
             self.session.drop(jid)
+            self._gate.forget(jid)
+            for waiter in self._gate.waiters(jid):
+                self._admit_or_hold(self._live[waiter], at)
             return rec
         return self._keep(rec)
 
+    def _state_of(self, job_id: str) -> JobState | None:
+        rec = self._live.get(job_id)
+        if rec is not None:
+            return rec.state
+        try:
+            return self.store.get(job_id).state
+        except StoreError:
+            return None
+
     # ----- scheduling ---------------------------------------------------------------
-    def _admit(self, jid: str, now: float) -> None:
-        self._transition(jid, JobState.ADMITTED, now, "admitted")
+    def _admit(self, jid: str, now: float, cause: str = "admitted") -> None:
+        self._transition(jid, JobState.ADMITTED, now, cause)
         self._dirty = True
+
+    def _admit_or_hold(self, rec: JobRecord, now: float) -> None:
+        """A PENDING job: admit it if its inputs have succeeded, fail it if one failed,
+        else hold it (logging what it waits for, when that is new)."""
+        if not rec.inputs:
+            self._admit(rec.id, now)
+            return
+        v = verdict(rec.inputs, self._state_of)
+        if v.ready or v.failed:
+            self._gate.forget(rec.id)
+        if v.ready:
+            self._admit(rec.id, now, f"admitted: {v.text}")
+        elif v.failed:
+            self._transition(rec.id, JobState.FAILED, now, v.text, error=v.text, finished_at=now)
+        elif not self._gate.holds(rec.id):
+            self._gate.hold(rec.id, rec.inputs)
+            self.store.log(rec.id, now, "job:held", v.text)
 
     def _schedule(self) -> None:
         now = self.clock.now()
@@ -278,6 +319,11 @@ class Controller:
             placement=placement, attempts=attempt, nominated=(),
         )  # fmt: skip
         run = self._runs[rec.id] = _Run(attempt, len(placement.devices), launched=now)
+        if rec.inputs and isinstance(self.backend, SupportsHandoff):
+            where = self.backend.output_location
+            self.store.log(rec.id, now, "job:inputs", "; ".join(
+                f"{alias} = outputs of {job} at {where(job)} (by reference)"
+                for alias, job in rec.inputs))  # fmt: skip
         log_dir = self.log_dir
         payload = rec.payload
         if payload is None and rec.spec.entrypoint is not None:
@@ -299,6 +345,8 @@ class Controller:
                     env=dict(rec.spec.env),
                     timeout_s=rec.spec.timeout_s,
                     log_dir=str(log_dir),
+                    attempt=attempt,
+                    inputs=dict(rec.inputs),
                 )
             )
 

@@ -1,8 +1,13 @@
 """The demo workload mix: inference, rendering, big data and video, run as real jobs.
 
 Render and data are gangs (one task per device, each doing its share, told by
-``ACCELNET_RANK``/``ACCELNET_WORLD_SIZE``), followed by a one-device job that assembles
-their parts. Everything writes under one output folder.
+``ACCELNET_RANK``/``ACCELNET_WORLD_SIZE``) writing their parts to their job's output
+folder; a one-device job consumes each gang's outputs (``inputs``), so it is held until
+its gang has succeeded and reads the parts where the gang wrote them. Video is a pipeline
+job: decode -> process -> encode, each stage a process of its own on the gang's devices,
+frames streamed through shared memory, paced like a live camera; its per-frame latency is
+broken down into compute and transfer (``video/latency.json``, ``video/latency.png``).
+Every final output goes under one folder.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ def _rank() -> tuple[int, int, str]:
     )
 
 
+def _input(alias: str) -> str:
+    from accelnet.runtime.handoff import input_dirs
+
+    return str(input_dirs()[alias])
+
+
 def inference(out_dir: str, requests: int) -> dict[str, Any]:
     """Serve digits predictions on this task's device."""
     from accelnet.workloads.inference import serve_digits
@@ -30,41 +41,54 @@ def inference(out_dir: str, requests: int) -> dict[str, Any]:
     return serve_digits(out_dir, device=_rank()[2], requests=requests)
 
 
-def render_band(out_dir: str, width: int, height: int) -> dict[str, Any]:
-    """Render this rank's band of the scene."""
+def render_band(width: int, height: int) -> dict[str, Any]:
+    """Render this rank's band of the scene into the job's output folder."""
+    from accelnet.runtime.handoff import output_dir
     from accelnet.workloads.render import render_tile
 
     rank, world, device = _rank()
-    return render_tile(out_dir, rank, world, width=width, height=height, device=device)
+    return render_tile(str(output_dir()), rank, world, width=width, height=height, device=device)
 
 
 def render_assemble(out_dir: str, world: int, width: int, height: int) -> dict[str, Any]:
-    """Stitch the bands into render.png."""
+    """Stitch the bands (input ``tiles``, read in place) into render.png."""
     from accelnet.workloads.render import assemble
 
-    return assemble(out_dir, world, width=width, height=height)
+    return assemble(out_dir, world, width=width, height=height, in_dir=_input("tiles"))
 
 
-def data_partition(out_dir: str, rows: int) -> dict[str, Any]:
-    """Aggregate this rank's partition of the table."""
+def data_partition(rows: int) -> dict[str, Any]:
+    """Aggregate this rank's partition of the table into the job's output folder."""
+    from accelnet.runtime.handoff import output_dir
     from accelnet.workloads.data import aggregate_partition
 
     rank, world, device = _rank()
-    return aggregate_partition(out_dir, rank, world, rows=rows, device=device)
+    return aggregate_partition(str(output_dir()), rank, world, rows=rows, device=device)
 
 
 def data_merge(out_dir: str, world: int) -> dict[str, Any]:
-    """Merge the partial aggregates."""
+    """Merge the partial aggregates (input ``partitions``, read in place)."""
     from accelnet.workloads.data import merge
 
-    return merge(out_dir, world)
+    return merge(out_dir, world, in_dir=_input("partitions"))
 
 
-def video(out_dir: str, frames: int) -> dict[str, Any]:
-    """Detect motion in a generated stream on this task's device."""
-    from accelnet.workloads.video import detect_motion
+def video_pipeline(out_dir: str, frames: int, fps: int, realtime: bool) -> dict[str, Any]:
+    """This rank's stages of the video pipeline; the sink's rank also writes the latency
+    breakdown (latency.json, latency.png)."""
+    from accelnet.runtime.latency import plot
+    from accelnet.runtime.pipeline import Pipeline, Stage
+    from accelnet.workloads._common import write_json
+    from accelnet.workloads.video_pipeline import video_stages
 
-    return detect_motion(out_dir, frames=frames, device=_rank()[2])
+    stages = [Stage(n, m) for n, m in video_stages(out_dir, frames=frames, fps=fps)]
+    result = Pipeline(stages, source_fps=fps if realtime else None).run_task()
+    report = result["report"]
+    if report is not None:
+        write_json(Path(out_dir) / "latency.json", report["latency"])
+        plot(report["latency"], Path(out_dir) / "latency.png",
+             f"video pipeline: per-frame latency ({frames} frames)")  # fmt: skip
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +99,14 @@ class DemoSizes:
     width: int = 480
     height: int = 320
     rows: int = 4_000_000
-    frames: int = 240
+    frames: int = 60
+    fps: int = 30  # the video pipeline's camera: frames are paced at this rate
+    realtime: bool = True
 
 
 @dataclass
 class DemoRun:
-    """The demo's jobs, submitted in waves: the gangs' followers come when they finish."""
+    """The demo's jobs, all submitted at once (followers wait for their inputs)."""
 
     cluster: LocalCluster
     out: Path
@@ -91,41 +117,36 @@ class DemoRun:
 
     @classmethod
     def start(cls, cluster: LocalCluster, out: Path, sizes: DemoSizes) -> DemoRun:
-        """Submit the first wave."""
-        world = max(1, min(4, len(cluster.fabric.devices)))
+        """Submit every job."""
+        devices = len(cluster.fabric.devices)
+        world = max(1, min(4, devices))
         gang = f"any:{world}"
         s = sizes
         run = cls(cluster, out, sizes, world, {}, {})
+        # first: the widest job, while every device is free
+        run._go("video-pipeline", video_pipeline, str(out / "video"), s.frames, s.fps,
+                s.realtime, accelerators=f"any:{max(1, min(3, devices))}",
+                outputs="video/motion.gif")  # fmt: skip
         run._go("inference", inference, str(out / "inference"), s.requests,
                 outputs="inference/report.json")  # fmt: skip
-        run._go("render-tiles", render_band, str(out / "render"), s.width, s.height,
-                accelerators=gang)  # fmt: skip
-        run._go("data-partitions", data_partition, str(out / "data"), s.rows, accelerators=gang)
-        run._go("video-motion", video, str(out / "video"), s.frames, outputs="video/motion.gif")
+        run._go("render-tiles", render_band, s.width, s.height, accelerators=gang)
+        run._go("data-partitions", data_partition, s.rows, accelerators=gang)
+        run._go("render-assemble", render_assemble, str(out / "render"), world, s.width,
+                s.height, inputs={"tiles": run.jobs["render-tiles"]},
+                outputs="render/render.png")  # fmt: skip
+        run._go("data-merge", data_merge, str(out / "data"), world,
+                inputs={"partitions": run.jobs["data-partitions"]},
+                outputs="data/summary.json")  # fmt: skip
         return run
 
     def _go(self, name: str, fn: Any, *args: Any, accelerators: str = "any:1",
-            outputs: str | None = None) -> None:  # fmt: skip
-        self.jobs[name] = self.cluster.submit(fn, *args, accelerators=accelerators, name=name)
+            outputs: str | None = None, inputs: dict[str, Job] | None = None) -> None:  # fmt: skip
+        self.jobs[name] = self.cluster.submit(
+            fn, *args, accelerators=accelerators, name=name, inputs=inputs
+        )
         if outputs:
             self.outputs[name] = outputs
 
-    def advance(self) -> None:
-        """Submit the followers whose gang has succeeded (call repeatedly)."""
-        w, s = self.world, self.sizes
-        followers = {
-            "render-tiles": ("render-assemble", render_assemble,
-                             (str(self.out / "render"), w, s.width, s.height), "render/render.png"),
-            "data-partitions": ("data-merge", data_merge, (str(self.out / "data"), w),
-                                "data/summary.json"),
-        }  # fmt: skip
-        for gang, (name, fn, args, output) in followers.items():
-            if name in self.jobs or gang not in self.jobs:
-                continue
-            if self.jobs[gang].state.value == "succeeded":
-                self._go(name, fn, *args, outputs=output)
-
     def finished(self) -> bool:
-        """Every submitted job is finished and no follower is still to come."""
-        self.advance()
+        """Every job is finished."""
         return all(j.state.is_finished() for j in self.jobs.values())

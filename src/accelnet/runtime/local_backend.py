@@ -38,6 +38,7 @@ from accelnet.fabric.model import Device
 from accelnet.runtime import worker as _worker
 from accelnet.runtime.backend import (
     Backend,
+    SupportsHandoff,
     SupportsLiveLogs,
     SupportsRefresh,
     TaskEvent,
@@ -45,6 +46,7 @@ from accelnet.runtime.backend import (
     TaskSpec,
 )
 from accelnet.runtime.clock import Clock
+from accelnet.runtime.handoff import HandoffArea
 from accelnet.runtime.taskenv import device_env, device_path, task_env_delta
 
 Recycle = Literal["always", "after-python", "never"]
@@ -74,7 +76,7 @@ class _Worker:
     sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
 
 
-class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
+class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
     """Runs tasks as local processes, one worker process per device.
 
     ``devices`` maps device ids to devices (e.g. ``fabric.devices``); ``workdir`` holds the
@@ -83,7 +85,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
     says when :meth:`refresh` restarts a device's worker: ``"always"``, ``"after-python"``
     (when a payload ran in it since the last refresh: payloads can leave imports and global
     state behind) or ``"never"``. ``emulated`` fabrics run every task with
-    ``CUDA_VISIBLE_DEVICES=""`` and ``ACCELNET_EMULATED=1``.
+    ``CUDA_VISIBLE_DEVICES=""`` and ``ACCELNET_EMULATED=1``. Data hand-off
+    (:mod:`accelnet.runtime.handoff`): jobs' outputs in ``<workdir>/outputs/<job>``, each
+    attempt's shared memory in a folder under ``shm_base`` (default ``/dev/shm``).
 
     ``kill_grace_s`` is how long a cancelled or timed-out command has between SIGTERM and
     SIGKILL; ``ping_timeout_s`` bounds :meth:`refresh`'s health check.
@@ -102,11 +106,13 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
         *,
         kill_grace_s: float = 1.0,
         ping_timeout_s: float = 10.0,
+        shm_base: Path | None = None,
     ) -> None:
         if recycle not in RECYCLE_POLICIES:
             raise ValueError(f"unknown recycle policy {recycle!r}; valid: {RECYCLE_POLICIES}")
         self._devices = dict(devices)
         self._workdir = Path(workdir).resolve()
+        self._handoff = HandoffArea(self._workdir, shm_base)
         self._clock = clock
         self._recycle = recycle
         self._emulated = emulated
@@ -161,7 +167,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
             "payload": None,
             "payload_path": None,
             # the worker has the parent's environment and the device's from its start
-            "env": task_env_delta(task),
+            "env": task_env_delta(task, self._handoff.task_env(task)),
             "out": self._log_path(task, "out"),
             "err": self._log_path(task, "err"),
             "timeout_s": task.timeout_s,
@@ -271,6 +277,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
                     w.proc.wait(max(0.0, end - time.monotonic()))
             self._kill(w)
         self._tasks.clear()
+        self._handoff.close()
         with self._wake_lock:
             os.close(self._wake_r)
             os.close(self._wake_w)
@@ -338,6 +345,14 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
         with self._wake_lock, contextlib.suppress(BlockingIOError):
             if not self._closed:
                 os.write(self._wake_w, b"!")
+
+    def output_location(self, job_id: str) -> str:
+        """``<workdir>/outputs/<job>``. See :class:`SupportsHandoff`."""
+        return str(self._handoff.output(job_id))
+
+    def live_shm(self) -> list[Path]:
+        """The shared-memory folders of attempts still running (diagnostics, tests)."""
+        return self._handoff.live_shm()
 
     def live_log(self, task_id: str, stream: str) -> Path | None:
         """Where a running task's output is until it ends (its worker's spool); None if the
@@ -526,6 +541,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs):
         self._emit(task_id, kind, **fields)
 
     def _emit(self, task_id: str, kind: TaskEventKind, **fields: Any) -> None:
+        if kind is not TaskEventKind.STARTED:
+            self._handoff.task_ended(task_id)  # its attempt's shared memory goes with the last
         self._events.append(TaskEvent(task_id, kind, self._clock.now(), **fields))
 
     # -- small helpers ----------------------------------------------------------------------

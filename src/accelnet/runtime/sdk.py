@@ -3,7 +3,9 @@
 :func:`local` starts a controller thread over the local backend (one worker process per
 device it uses) on this machine's fabric, or on any fabric (``fabric="mixed-lab"``) whose
 devices are then emulated on this machine's CPU. Jobs are Python callables (cloudpickled)
-or job specs with a shell command or an entrypoint.
+or job specs with a shell command or an entrypoint. A job may consume earlier jobs'
+outputs (``inputs={"tiles": job}``): it waits for them and finds their output folders in
+``ACCELNET_INPUT_<ALIAS>`` (:mod:`accelnet.runtime.handoff`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -26,6 +28,9 @@ from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import JobRecord, MemoryStore, Store
 from accelnet.sched import JobSpec, JobState, Scheduler
 from accelnet.sched.jobfile import check_runnable, load_jobs
+
+if TYPE_CHECKING:
+    from accelnet.runtime.pipeline import Pipeline  # numpy: imported only where pipelines run
 
 
 class JobFailedError(RuntimeError):
@@ -60,6 +65,12 @@ class Job:
         if rec.state is not JobState.SUCCEEDED:
             raise JobFailedError(f"job {self.id} {rec.state.value}: {rec.error or 'cancelled'}")
         return rec.result
+
+    @property
+    def output(self) -> Path:
+        """The job's output folder (``ACCELNET_OUTPUT`` of its tasks; it exists once a
+        task has written to it)."""
+        return Path(self.cluster.backend.output_location(self.id))
 
     def cancel(self) -> None:
         """Ask the controller to cancel the job (returns at once)."""
@@ -173,16 +184,21 @@ class LocalCluster:
         *args: Any,
         accelerators: str | dict[str, Any] = "any:1",
         name: str | None = None,
+        inputs: Mapping[str, Job | str] | None = None,
         **spec: Any,
     ) -> Job:
-        """Run ``fn(*args)`` on each device of a gang (``accelerators``); other keyword
-        arguments are job-spec fields (``priority``, ``topology``, ``max_retries``, ...).
-        Raises pydantic's ValidationError or JobRejectedError for a bad request."""
+        """Run ``fn(*args)`` on each device of a gang (``accelerators``); ``inputs`` maps
+        aliases to the jobs (handles, ids or names) whose outputs it consumes: it runs once
+        they have succeeded. Other keyword arguments are job-spec fields (``priority``,
+        ``topology``, ``max_retries``, ...). Raises pydantic's ValidationError or
+        JobRejectedError for a bad request."""
         fields: dict[str, Any] = {
             "name": name or getattr(fn, "__name__", "job").strip("<>") or "job",
             "run": "python (submitted callable)",
             **spec,
         }
+        if inputs:
+            fields["inputs"] = {a: j.id if isinstance(j, Job) else j for a, j in inputs.items()}
         resources = dict(fields.pop("resources", {}))
         resources["accelerators"] = accelerators
         fields["resources"] = resources
@@ -190,14 +206,30 @@ class LocalCluster:
         payload = cloudpickle.dumps((fn, args, {}))
         return self._submit(job_spec, payload)
 
+    def submit_pipeline(
+        self,
+        pipeline: Pipeline,
+        name: str = "pipeline",
+        accelerators: str | dict[str, Any] | None = None,
+        **spec: Any,
+    ) -> Job:
+        """Run a :class:`~accelnet.runtime.pipeline.Pipeline` as one gang job, by default
+        on as many devices as it has stages (at most as many as the fabric has): each
+        stage in a process of its own, frames through shared memory. The job's result
+        holds the pipeline's report (:func:`~accelnet.runtime.pipeline.find_report`).
+        Other keyword arguments as for :meth:`submit`."""
+        if accelerators is None:
+            accelerators = f"any:{max(1, min(len(pipeline.stages), len(self.fabric.devices)))}"
+        return self.submit(pipeline.run_task, accelerators=accelerators, name=name, **spec)
+
     def submit_spec(self, spec: JobSpec, job_id: str | None = None) -> Job:
         """Run a job spec (shell ``run`` or ``entrypoint``); ``job_id`` names the job (by
         default its name and a random suffix). StoreError if that id exists."""
         return self._submit(spec, None, job_id)
 
     def submit_file(self, path: str | Path) -> list[Job]:
-        """Run every job of a YAML/JSON job file; JobSpecError names what is wrong (and
-        nothing is submitted then)."""
+        """Run every job of a YAML/JSON job file (each after the jobs it consumes);
+        JobSpecError names what is wrong (and nothing is submitted then)."""
         specs = load_jobs(path)
         check_runnable(specs, self.controller.topology, str(path))
         return [self._submit(s, None) for s in specs]

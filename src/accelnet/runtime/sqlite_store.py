@@ -3,8 +3,9 @@
 A submission is acknowledged only after its transaction commits, and with FULL
 synchronisation a committed transaction survives a crash of the process or the machine.
 The schema is versioned (``meta.version``): a file of an older version is migrated when it is
-opened (version 1 -> 2 adds each job's attained service and kept work); a file of a newer
-version raises with a message naming both versions.
+opened (version 1 -> 2 adds each job's attained service and kept work, 2 -> 3 its input
+jobs and its name as a column of its own, indexed); a file of a newer version raises with
+a message naming both versions.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from accelnet.fabric import DomainLevel
 from accelnet.runtime.store import Event, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -41,7 +42,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     payload BLOB,
     failures INTEGER NOT NULL DEFAULT 0,
     attained TEXT NOT NULL DEFAULT '',
-    done REAL NOT NULL DEFAULT 0
+    done REAL NOT NULL DEFAULT 0,
+    inputs TEXT NOT NULL DEFAULT '',
+    name TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
@@ -54,16 +57,30 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_job ON events(job);
 CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL);
 """
+_INDEXES = "CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, seq);"  # after migrations
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
-    "result, error, payload, failures, attained, done"
+    "result, error, payload, failures, attained, done, inputs"
 )
 _MIGRATIONS = {  # from version N to N + 1
     1: (
         "ALTER TABLE jobs ADD COLUMN attained TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE jobs ADD COLUMN done REAL NOT NULL DEFAULT 0",
     ),
+    2: (
+        "ALTER TABLE jobs ADD COLUMN inputs TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN name TEXT",
+        "UPDATE jobs SET name = json_extract(spec, '$.name')",
+    ),
 }
+
+
+def _pairs_text(pairs: tuple[tuple[str, str], ...]) -> str:
+    return ";".join(f"{a}={b}" for a, b in pairs)
+
+
+def _pairs_of(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple((a, b) for a, _, b in (item.partition("=") for item in text.split(";") if item))
 
 
 def _attained_text(attained: tuple[tuple[str, float], ...]) -> str:
@@ -108,6 +125,7 @@ class SqliteStore(Store):
             )
         elif int(row[0]) != SCHEMA_VERSION:
             self._migrate(int(row[0]))
+        self._db.executescript(_INDEXES)
 
     def _migrate(self, version: int) -> None:
         if version > SCHEMA_VERSION or version not in _MIGRATIONS:
@@ -130,9 +148,9 @@ class SqliteStore(Store):
         """See :class:`Store`."""
         with self._tx():
             try:
-                marks = ",".join("?" * (_COLUMNS.count(",") + 1))
-                self._db.execute(f"INSERT INTO jobs({_COLUMNS}) VALUES({marks})",
-                                 self._row(record))  # fmt: skip
+                marks = ",".join("?" * (_COLUMNS.count(",") + 2))
+                self._db.execute(f"INSERT INTO jobs({_COLUMNS}, name) VALUES({marks})",
+                                 (*self._row(record), record.spec.name))  # fmt: skip
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {record.id!r} exists") from None
             self._insert_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
@@ -144,6 +162,14 @@ class SqliteStore(Store):
         if row is None:
             raise StoreError(f"no job {job_id!r}")
         return self._record(row)
+
+    def latest_named(self, name: str) -> JobRecord | None:
+        """See :class:`Store`."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM jobs WHERE name=? ORDER BY seq DESC LIMIT 1", (name,)
+            ).fetchone()
+        return None if row is None else self._record(row)
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
         """See :class:`Store`."""
@@ -164,7 +190,7 @@ class SqliteStore(Store):
             self._db.execute(
                 "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
                 "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, "
-                "failures=?, attained=?, done=? WHERE id=?",
+                "failures=?, attained=?, done=?, inputs=? WHERE id=?",
                 (*row[1:], row[0]),
             )
             if event is not None:
@@ -188,6 +214,7 @@ class SqliteStore(Store):
             r.failures,
             _attained_text(r.attained),
             r.done,
+            _pairs_text(r.inputs),
         )
 
     @staticmethod
@@ -208,6 +235,7 @@ class SqliteStore(Store):
             failures=row[12],
             attained=_attained_of(row[13]),
             done=row[14],
+            inputs=_pairs_of(row[15]),
         )
 
     # ----- events -------------------------------------------------------------------

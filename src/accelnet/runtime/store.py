@@ -24,7 +24,9 @@ class JobRecord:
     """A job as stored. ``payload`` is a cloudpickled function call (SDK jobs);
     ``result`` the value the job produced (a list with one entry per rank for gangs);
     ``attempts`` counts launches, ``failures`` the failed ones (against ``max_retries``);
-    ``attained`` and ``done`` the service and the work of its finished attempts."""
+    ``attained`` and ``done`` the service and the work of its finished attempts;
+    ``inputs`` the jobs whose outputs it consumes, ``(alias, job id)``, resolved from the
+    spec's names when it was submitted."""
 
     id: str
     spec: JobSpec
@@ -41,6 +43,7 @@ class JobRecord:
     failures: int = 0
     attained: tuple[tuple[str, float], ...] = ()  # (model, device-seconds), finished attempts
     done: float = 0.0  # steps kept by finished attempts (checkpointed)
+    inputs: tuple[tuple[str, str], ...] = ()  # (alias, upstream job id)
 
     def view(self) -> JobView:
         """What the scheduler sees of the job."""
@@ -87,6 +90,11 @@ class Store(ABC):
     @abstractmethod
     def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
         """Jobs (in the given states), in submission order."""
+
+    def latest_named(self, name: str) -> JobRecord | None:
+        """The job named ``name`` (its spec's name) submitted last, or None."""
+        found = [j for j in self.jobs() if j.spec.name == name]
+        return found[-1] if found else None
 
     @abstractmethod
     def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
@@ -148,6 +156,7 @@ class MemoryStore(Store):
         self._events: list[Event] = []
         self._by_job: dict[str, list[Event]] = {}  # each job's events (events(job) is O(its own))
         self._devices: dict[str, DeviceState] = {}
+        self._named: dict[str, str] = {}  # name -> the id of the last job of that name
 
     def add(self, record: JobRecord, cause: str = "submitted") -> None:
         """See :class:`Store`."""
@@ -155,6 +164,7 @@ class MemoryStore(Store):
             if record.id in self._jobs:
                 raise StoreError(f"job {record.id!r} exists")
             self._jobs[record.id] = record
+            self._named[record.spec.name] = record.id
             self._append_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
 
     def get(self, job_id: str) -> JobRecord:
@@ -163,6 +173,12 @@ class MemoryStore(Store):
             return self._jobs[job_id]
         except KeyError:
             raise StoreError(f"no job {job_id!r}") from None
+
+    def latest_named(self, name: str) -> JobRecord | None:
+        """See :class:`Store`."""
+        with self._lock:
+            found = self._named.get(name)
+            return None if found is None else self._jobs[found]
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
         """See :class:`Store`."""

@@ -43,10 +43,10 @@ def device_env(device: Device, scratch: Path, emulated: bool) -> dict[str, str]:
     }
 
 
-def task_env_delta(task: TaskSpec) -> dict[str, str]:
+def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What a task's environment adds to its worker's (which has the parent's environment
-    and :func:`device_env` from its start): the task's accelnet variables, then
-    ``task.env``."""
+    and :func:`device_env` from its start): the task's accelnet variables, the backend's
+    ``extra`` (data hand-off), then ``task.env``."""
     env = {
         "ACCELNET_JOB": task.job_id,
         "ACCELNET_TASK": task.task_id,
@@ -54,5 +54,7 @@ def task_env_delta(task: TaskSpec) -> dict[str, str]:
         "ACCELNET_WORLD_SIZE": str(task.world),
         "ACCELNET_DEVICES": ",".join(task.devices),
     }
+    if extra:
+        env.update(extra)
     env.update(task.env)
     return env

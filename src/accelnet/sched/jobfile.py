@@ -1,7 +1,9 @@
 """Job files: one job (a mapping), or several under ``jobs:``; YAML or JSON.
 
 Errors name the file, the line, the key path (``jobs[1].resources.accelerators``) and the
-value, as fabric files do.
+value, as fabric files do. A file is a self-contained graph of jobs: ``inputs`` name jobs
+of the same file, without cycles, and the jobs come back in an order in which each one
+follows the jobs it consumes (file order otherwise), ready to submit.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def parse_jobs(data: Any, source: str, node: yaml.Node | None = None) -> list[Jo
         raise JobSpecError(
             source, [SpecIssue("", "a job file is a job mapping or {jobs: [...]}", data, 1)]
         )
-    jobs, issues = [], []
+    jobs: list[tuple[int, JobSpec]] = []
+    issues: list[SpecIssue] = []
     for i, item in enumerate(items):
         loc: list[str | int] = [*prefix, i] if prefix else []
         sub = _subnode(node, loc)
@@ -44,18 +47,85 @@ def parse_jobs(data: Any, source: str, node: yaml.Node | None = None) -> list[Jo
             issues.append(SpecIssue(_path(loc), "a job is a mapping", item, line_of(node, loc)))
             continue
         try:
-            jobs.append(JobSpec.model_validate(item))
+            jobs.append((i, JobSpec.model_validate(item)))
         except ValidationError as exc:
             for issue in validation_issues(exc, item, sub, JobSpec):
                 path = _path(loc) + ("." if loc and issue.path else "") + issue.path
                 issues.append(SpecIssue(path, issue.message, issue.value, issue.line))
-    names = [j.name for j in jobs]
+    names = [j.name for _, j in jobs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         issues.append(SpecIssue("name", "job names must be unique in a file", ", ".join(dupes)))
     if issues:
         raise JobSpecError(source, issues)
-    return jobs
+    ordered, graph_issues = input_order(jobs, prefix)
+    for path, value, message in graph_issues:
+        issues.append(SpecIssue(path, message, value, line_of(node, _loc(path))))
+    if issues:
+        raise JobSpecError(source, issues)
+    return ordered
+
+
+def input_order(
+    jobs: list[tuple[int, JobSpec]], prefix: list[str]
+) -> tuple[list[JobSpec], list[tuple[str, str, str]]]:
+    """The jobs (``(position in the file, spec)``) with each after the jobs its ``inputs``
+    name, file order otherwise; and the problems, as ``(key path, value, message)``: an
+    input naming no job of the file, or a cycle (reported once, at its first edge)."""
+    by_name = {spec.name: (i, spec) for i, spec in jobs}
+
+    def key(i: int, alias: str) -> str:
+        return f"{prefix[0]}[{i}].inputs.{alias}" if prefix else f"inputs.{alias}"
+
+    issues: list[tuple[str, str, str]] = []
+    for i, spec in jobs:
+        for alias, name in spec.inputs.items():
+            if name not in by_name:
+                known = ", ".join(sorted(by_name))
+                why = f"no job {name!r} in this file (jobs: {known})"
+                issues.append((key(i, alias), name, why))
+    if issues:
+        return [s for _, s in jobs], issues
+    done: dict[str, bool] = {}  # name -> finished (False: on the current path)
+    ordered: list[JobSpec] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state = done.get(name)
+        if state is True:
+            return
+        if state is False:
+            cycle = [*path[path.index(name) :], name]
+            i, spec = by_name[cycle[0]]
+            alias = next(a for a, up in sorted(spec.inputs.items()) if up == cycle[1])
+            why = "a cycle of inputs (each takes the next one's outputs): " + " <- ".join(cycle)
+            issues.append((key(i, alias), cycle[1], why))
+            return
+        done[name] = False
+        spec = by_name[name][1]
+        for up in sorted(set(spec.inputs.values()), key=lambda n: by_name[n][0]):  # file order
+            visit(up, [*path, name])
+            if issues:
+                return
+        done[name] = True
+        ordered.append(spec)
+
+    for _, spec in jobs:
+        visit(spec.name, [])
+        if issues:
+            return [s for _, s in jobs], issues
+    return ordered, []
+
+
+def _loc(path: str) -> list[str | int]:
+    """``jobs[2].inputs.tiles`` -> ``["jobs", 2, "inputs", "tiles"]``."""
+    out: list[str | int] = []
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        if name:
+            out.append(name)
+        if index:
+            out.append(int(index.rstrip("]")))
+    return out
 
 
 def _path(loc: list[str | int]) -> str:

@@ -10,7 +10,7 @@ from accelnet.statemachine import TransitionTable
 class JobState(StrEnum):
     """Where a job is in its life."""
 
-    PENDING = "pending"  # accepted, not yet checked against quotas and the fabric
+    PENDING = "pending"  # accepted, not yet admitted (or held until its input jobs succeed)
     ADMITTED = "admitted"  # may run; waits in the queue for devices
     STARTING = "starting"  # devices allocated, tasks launching
     RUNNING = "running"
@@ -35,8 +35,8 @@ JOB_TRANSITIONS: TransitionTable[JobState] = TransitionTable(
     "job",
     {
         _J.PENDING: {
-            _J.ADMITTED: "within quota and the fabric can ever run it",
-            _J.FAILED: "rejected: the fabric can never run it",
+            _J.ADMITTED: "the fabric can ever run it and its input jobs have succeeded",
+            _J.FAILED: "rejected, or a job whose outputs it consumes failed or was cancelled",
             _J.CANCELLED: "cancelled before admission",
         },
         _J.ADMITTED: {

@@ -10,6 +10,7 @@ A job file reads like a SkyPilot or dstack task::
       min_memory_gb: 40
     topology: {required: nvlink}        # or {preferred: host}
     run: python train.py --epochs 3     # or entrypoint: {function: "pkg.mod:main", args: [1]}
+    inputs: {data: prepare-data}        # waits for job prepare-data; gets its output folder
     workload: {category: training, total_steps: 10000, throughput: {H100-SXM: 12.5}}
     max_retries: 2
     checkpointable: true
@@ -31,6 +32,8 @@ from accelnet.fabric.model import DeviceKind, DomainLevel
 from accelnet.specio import SpecModel
 
 _NAME = r"^[\w][\w.-]*$"
+_ALIAS = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
+MAX_INPUTS = 64
 _FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ANY = "any"
 
@@ -196,6 +199,14 @@ class JobSpec(SpecModel):
     run: str | None = Field(None, max_length=65536, description="shell command")
     entrypoint: EntrypointSpec | None = Field(None, description="Python function to call")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment")
+    inputs: dict[str, Annotated[str, Field(pattern=_NAME, max_length=128)]] = Field(
+        default_factory=dict,
+        description=(
+            "earlier jobs whose outputs this job consumes: alias -> job name (or id). The "
+            "job waits until every one has succeeded and fails if one fails or is cancelled; "
+            "its tasks find each one's output folder in ACCELNET_INPUT_<ALIAS>"
+        ),
+    )
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     max_retries: int = Field(0, ge=0, le=100, description="retries after a failure")
     checkpointable: bool = Field(False, description="may be stopped and resumed")
@@ -225,10 +236,26 @@ class JobSpec(SpecModel):
                 raise ValueError(f"{key!r} is not an environment variable name")
         return v
 
+    @field_validator("inputs")
+    @classmethod
+    def _input_aliases(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > MAX_INPUTS:
+            raise ValueError(f"at most {MAX_INPUTS} inputs, got {len(v)}")
+        for alias in v:
+            if not _ALIAS.match(alias):
+                raise ValueError(
+                    f"input alias {alias!r}: lower-case letters, digits and _, not starting "
+                    "with a digit, at most 64 (it names ACCELNET_INPUT_<ALIAS>)"
+                )
+        return v
+
     @model_validator(mode="after")
     def _one_program(self) -> JobSpec:
         if (self.run is None) == (self.entrypoint is None):
             raise ValueError("give exactly one of run (a shell command) or entrypoint")
+        own = sorted(a for a, job in self.inputs.items() if job == self.name)
+        if own:
+            raise ValueError(f"inputs.{own[0]}: job {self.name} cannot consume its own outputs")
         return self
 
 

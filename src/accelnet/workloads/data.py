@@ -15,6 +15,7 @@ prefix of a larger one.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -153,8 +154,9 @@ def aggregate_partition(
     }
 
 
-def merge(out_dir: str, world: int) -> Summary:
-    """Merge ``part_0.parquet`` .. ``part_{world-1}.parquet`` into ``result.parquet``.
+def merge(out_dir: str, world: int, in_dir: str | None = None) -> Summary:
+    """Merge ``part_0.parquet`` .. ``part_{world-1}.parquet`` in ``in_dir`` (default
+    ``out_dir``) into ``out_dir/result.parquet``.
 
     The result (columns :data:`RESULT_SCHEMA`, sorted by region, then key) equals
     :func:`aggregate` of the whole table exactly. Also writes ``summary.json``: the
@@ -168,7 +170,8 @@ def merge(out_dir: str, world: int) -> Summary:
         raise ValueError(f"world must be >= 1, got {world}")
     out = prepare_out_dir(out_dir)
     began = time.perf_counter()
-    paths = [out / part_name(rank) for rank in range(world)]
+    source = Path(in_dir) if in_dir is not None else out
+    paths = [source / part_name(rank) for rank in range(world)]
     for rank, path in enumerate(paths):
         if not path.exists():
             raise FileNotFoundError(f"missing partial {path} (rank {rank} of {world})")

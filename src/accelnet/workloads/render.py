@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -234,8 +235,11 @@ def render_tile(
     }
 
 
-def assemble(out_dir: str, world: int, width: int = 320, height: int = 240) -> Summary:
-    """Stitch ``tile_0.npy`` .. ``tile_{world-1}.npy`` in ``out_dir`` into ``render.png``.
+def assemble(
+    out_dir: str, world: int, width: int = 320, height: int = 240, in_dir: str | None = None
+) -> Summary:
+    """Stitch ``tile_0.npy`` .. ``tile_{world-1}.npy`` in ``in_dir`` (default ``out_dir``)
+    into ``out_dir/render.png``; tiles are memory-mapped where they are, not copied.
 
     Each tile must have the shape ``render_tile`` gives it for the same ``world``,
     ``width`` and ``height``. Idempotent (overwrites ``render.png``). Returns a
@@ -246,12 +250,13 @@ def assemble(out_dir: str, world: int, width: int = 320, height: int = 240) -> S
     """
     check_positive(world=world, width=width, height=height)
     out = prepare_out_dir(out_dir)
+    source = Path(in_dir) if in_dir is not None else out
     tiles = []
     for rank in range(world):
-        path = out / tile_name(rank)
+        path = source / tile_name(rank)
         if not path.exists():
             raise FileNotFoundError(f"missing tile {path} (rank {rank} of {world})")
-        tile = np.load(path, allow_pickle=False)
+        tile = np.load(path, mmap_mode="r", allow_pickle=False)
         start, stop = band(rank, world, height)
         want = (stop - start, width, 3)
         if tile.shape != want or tile.dtype != np.uint8:

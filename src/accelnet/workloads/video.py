@@ -14,8 +14,9 @@ learnt, e.g. in the first frame): it is learnt at once and not reported. A pixel
 stays foreground for ``absorb_s`` seconds is absorbed, so an object that stops joins the
 background after that long.
 
-:func:`detect_motion` runs both over a stream, times every frame and writes an annotated
-``motion.gif``, a ``strip.png`` of eight frames and ``detections.csv``.
+:func:`detect_motion` runs both over a stream, times every frame and writes (through a
+:class:`MotionRecorder`) an annotated ``motion.gif``, a ``strip.png`` of eight frames and
+``detections.csv``.
 """
 
 from __future__ import annotations
@@ -311,6 +312,94 @@ def _write_gif(path_str: str, drawn: list[npt.NDArray[np.uint8]], duration_ms: i
     return len(images)
 
 
+class MotionRecorder:
+    """The output side of motion detection: scores each frame's boxes against the truth,
+    keeps the frames to draw, and writes the files at the end.
+
+    Frames are added in order with :meth:`add`; :meth:`finish` writes ``motion.gif``,
+    ``strip.png``, ``detections.csv`` and ``report.json`` under ``out_dir`` (created;
+    files are overwritten) and returns the summary (see :func:`detect_motion`). Used by
+    :func:`detect_motion` and by the encode stage of the video pipeline
+    (:mod:`accelnet.workloads.video_pipeline`). Not thread-safe.
+    """
+
+    def __init__(self, out_dir: str, frames: int, width: int, height: int, fps: int) -> None:
+        _check_stream(frames, width, height, fps)
+        self.out = prepare_out_dir(out_dir)
+        self.frames, self.width, self.height, self.fps = frames, width, height, fps
+        gif_fit = max(1, int(GIF_BUDGET_BYTES / (GIF_BYTES_PER_PIXEL * width * height)))
+        self.gif_step = max(1, -(-frames // min(gif_fit, GIF_MAX_FRAMES)))
+        last = frames - 1
+        self.strip_at = {round(i * last / max(STRIP_FRAMES - 1, 1)) for i in range(STRIP_FRAMES)}
+        self.rows: list[tuple[int, Box]] = []
+        self.drawn_gif: list[npt.NDArray[np.uint8]] = []
+        self.drawn_strip: list[npt.NDArray[np.uint8]] = []
+        self.truths = self.detections = self.covered = self.true_hits = self.frames_with = 0
+
+    def add(self, index: int, pixels: Gray, truth: tuple[Box, ...], boxes: list[Box]) -> None:
+        """Frame ``index`` (from 0, in order) with its true and detected boxes."""
+        self.rows.extend((index, b) for b in boxes)
+        self.frames_with += bool(boxes)
+        if index > 0:  # the first frame only initialises the background
+            self.truths += len(truth)
+            self.covered += sum(
+                any(_intersection(t, b) * 2 >= _area(t) for b in boxes) for t in truth
+            )
+            self.detections += len(boxes)
+            self.true_hits += sum(any(_intersection(t, b) > 0 for t in truth) for b in boxes)
+        if index % self.gif_step == 0 or index in self.strip_at:
+            drawn = _draw(pixels, boxes)
+            if index % self.gif_step == 0:
+                self.drawn_gif.append(drawn)
+            if index in self.strip_at:
+                self.drawn_strip.append(drawn)
+
+    def finish(self, extra: Summary) -> Summary:
+        """Write the files; the summary (``extra`` merged in), also as ``report.json``."""
+        out, width, height = self.out, self.width, self.height
+        gif_path = out / "motion.gif"
+        gif_step, drawn_gif = self.gif_step, self.drawn_gif
+        duration = round(1000 * gif_step / self.fps)
+        gif_frames = _write_gif(str(gif_path), drawn_gif, duration)
+        while gif_path.stat().st_size > GIF_BUDGET_BYTES and len(drawn_gif) > 1:
+            gif_step *= 2
+            drawn_gif = drawn_gif[::2]
+            duration *= 2
+            gif_frames = _write_gif(str(gif_path), drawn_gif, duration)
+
+        gutter = np.full((height, max(2, width // 80)), _GREYS - 1, dtype=np.uint8)
+        parts = [p for d in self.drawn_strip for p in (d, gutter)][:-1]
+        _to_image(np.concatenate(parts, axis=1)).convert("RGB").save(out / "strip.png")
+
+        with (out / "detections.csv").open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["frame", "x0", "y0", "x1", "y1"])
+            writer.writerows([index, *box] for index, box in self.rows)
+
+        summary: Summary = {
+            "frames": self.frames,
+            "width": width,
+            "height": height,
+            "fps": self.fps,
+            "detections": len(self.rows),
+            "frames_with_detections": self.frames_with,
+            "recall": self.covered / self.truths if self.truths else 1.0,
+            "precision": self.true_hits / self.detections if self.detections else 1.0,
+            "gif_frames": gif_frames,
+            "gif_step": gif_step,
+            "gif_bytes": gif_path.stat().st_size,
+            "files": {
+                "gif": "motion.gif",
+                "strip": "strip.png",
+                "detections": "detections.csv",
+                "report": "report.json",
+            },
+            **extra,
+        }
+        write_json(out / "report.json", summary)
+        return summary
+
+
 def detect_motion(
     out_dir: str,
     frames: int = 240,
@@ -344,87 +433,30 @@ def detect_motion(
     ``ValueError`` for non-positive counts or sizes below 8 pixels.
     """
     _check_stream(frames, width, height, fps)
-    out = prepare_out_dir(out_dir)
+    recorder = MotionRecorder(out_dir, frames, width, height, fps)
     detector = MotionDetector(width, height, fps)
-    gif_fit = max(1, int(GIF_BUDGET_BYTES / (GIF_BYTES_PER_PIXEL * width * height)))
-    gif_step = max(1, -(-frames // min(gif_fit, GIF_MAX_FRAMES)))
-    strip_at = {round(i * (frames - 1) / max(STRIP_FRAMES - 1, 1)) for i in range(STRIP_FRAMES)}
-
     latencies_ms: list[float] = []
-    rows: list[tuple[int, Box]] = []
-    drawn_gif: list[npt.NDArray[np.uint8]] = []
-    drawn_strip: list[npt.NDArray[np.uint8]] = []
-    truths = detections = covered = true_hits = frames_with = 0
     for frame in synthetic_stream(frames, width, height, fps, seed):
         t0 = time.perf_counter()
         boxes = detector.process(frame.pixels)
         latencies_ms.append((time.perf_counter() - t0) * 1000.0)
-        rows.extend((frame.index, b) for b in boxes)
-        frames_with += bool(boxes)
-        if frame.index > 0:
-            truths += len(frame.truth)
-            covered += sum(
-                any(_intersection(t, b) * 2 >= _area(t) for b in boxes) for t in frame.truth
-            )
-            detections += len(boxes)
-            true_hits += sum(any(_intersection(t, b) > 0 for t in frame.truth) for b in boxes)
-        if frame.index % gif_step == 0 or frame.index in strip_at:
-            drawn = _draw(frame.pixels, boxes)
-            if frame.index % gif_step == 0:
-                drawn_gif.append(drawn)
-            if frame.index in strip_at:
-                drawn_strip.append(drawn)
-
-    gif_path = out / "motion.gif"
-    duration = round(1000 * gif_step / fps)
-    gif_frames = _write_gif(str(gif_path), drawn_gif, duration)
-    while gif_path.stat().st_size > GIF_BUDGET_BYTES and len(drawn_gif) > 1:
-        gif_step *= 2
-        drawn_gif = drawn_gif[::2]
-        duration *= 2
-        gif_frames = _write_gif(str(gif_path), drawn_gif, duration)
-
-    gutter = np.full((height, max(2, width // 80)), _GREYS - 1, dtype=np.uint8)
-    strip = np.concatenate([p for d in drawn_strip for p in (d, gutter)][:-1], axis=1)
-    _to_image(strip).convert("RGB").save(out / "strip.png")
-
-    with (out / "detections.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["frame", "x0", "y0", "x1", "y1"])
-        writer.writerows([index, *box] for index, box in rows)
+        recorder.add(frame.index, frame.pixels, frame.truth, boxes)
 
     lat = np.asarray(latencies_ms)
     total_s = float(lat.sum()) / 1000.0
     p99 = float(np.percentile(lat, 99))
-    summary: Summary = {
-        "workload": "detect_motion",
-        "device": device,
-        "frames": frames,
-        "width": width,
-        "height": height,
-        "fps": fps,
-        "seed": seed,
-        "detections": len(rows),
-        "frames_with_detections": frames_with,
-        "recall": covered / truths if truths else 1.0,
-        "precision": true_hits / detections if detections else 1.0,
-        "latency_ms": {
-            "p50": float(np.percentile(lat, 50)),
-            "p99": p99,
-            "mean": float(lat.mean()),
-            "max": float(lat.max()),
-        },
-        "processed_fps": frames / max(total_s, 1e-9),
-        "realtime": p99 <= 1000.0 / fps,
-        "gif_frames": gif_frames,
-        "gif_step": gif_step,
-        "gif_bytes": gif_path.stat().st_size,
-        "files": {
-            "gif": "motion.gif",
-            "strip": "strip.png",
-            "detections": "detections.csv",
-            "report": "report.json",
-        },
-    }
-    write_json(out / "report.json", summary)
-    return summary
+    return recorder.finish(
+        {
+            "workload": "detect_motion",
+            "device": device,
+            "seed": seed,
+            "latency_ms": {
+                "p50": float(np.percentile(lat, 50)),
+                "p99": p99,
+                "mean": float(lat.mean()),
+                "max": float(lat.max()),
+            },
+            "processed_fps": frames / max(total_s, 1e-9),
+            "realtime": p99 <= 1000.0 / fps,
+        }
+    )
