@@ -22,6 +22,12 @@ Scripting, per GPU index: :meth:`TelemetryNvml.set` (any :class:`Live` field), :
 :meth:`ecc`, :meth:`throttle`, :meth:`link_down`, :meth:`unsupport` (the named NVML function
 raises ``NVMLError_NotSupported`` for that GPU), :meth:`fail` (raises another error, e.g.
 ``NVMLError_GpuIsLost``, until cleared) and :meth:`tick` (time passes: energy grows by power).
+
+Power limits (for ``accelnet.devices.samplers.nvml_power``), in mW as NVML answers: the
+management, enforced and default limits and the ``[min, max]`` constraints (per GPU in
+``power_ranges_mw``, else :data:`POWER_RANGES_MW` by default limit);
+``nvmlDeviceSetPowerManagementLimit`` raises ``NoPermission`` unless ``root`` and
+``InvalidArgument`` outside the constraints, as the driver does.
 """
 
 # ruff: noqa: N802, N803, N815, N816  (the fake mirrors pynvml's names and parameter names)
@@ -109,6 +115,12 @@ class TelemetryNvml(FakeNvml):
     sets: list[_EventSet] = field(default_factory=list)
     no_event_reasons_fn: bool = False  # a driver before 535: ...ClocksEventReasons missing
     lost: set[int] = field(default_factory=set)  # GPUs whose handle raises GpuIsLost
+    # power limits (mW): the management limit set per GPU (default: the machine's enforced
+    # limit), the allowed range per GPU (default: POWER_RANGES_MW), and whether the caller
+    # is root (False: setting a limit raises NoPermission, as for any other user)
+    power_limits_mw: dict[int, int] = field(default_factory=dict)
+    power_ranges_mw: dict[int, tuple[int, int]] = field(default_factory=dict)
+    root: bool = True
 
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_CLOCK_GRAPHICS = NVML_CLOCK_GRAPHICS
@@ -324,6 +336,50 @@ class TelemetryNvml(FakeNvml):
         if not isinstance(eventSet, _EventSet) or eventSet.freed:
             raise pynvml.NVMLError_InvalidArgument()
         eventSet.freed = True
+
+    # ----- power limits (mW) ------------------------------------------------------------
+    def _power_range(self, index: int) -> tuple[int, int]:
+        default = self.machine.gpus[index].power_limit_mw
+        return self.power_ranges_mw.get(index) or POWER_RANGES_MW.get(
+            default, (default // 2, default)
+        )
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        self._live("nvmlDeviceGetPowerManagementLimit", handle)
+        default = self.machine.gpus[handle.index].power_limit_mw
+        return self.power_limits_mw.get(handle.index, default)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        self._live("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        return self.machine.gpus[handle.index].power_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        self._live("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return list(self._power_range(handle.index))  # pynvml answers [min, max]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        self._live("nvmlDeviceGetEnforcedPowerLimit", handle)
+        default = self.machine.gpus[handle.index].power_limit_mw
+        return self.power_limits_mw.get(handle.index, default)  # no other limit in force
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit: int) -> None:
+        self._live("nvmlDeviceSetPowerManagementLimit", handle)
+        if not self.root:
+            raise pynvml.NVMLError_NoPermission()
+        lo, hi = self._power_range(handle.index)
+        if not isinstance(limit, int) or not lo <= limit <= hi:
+            raise pynvml.NVMLError_InvalidArgument()
+        self.power_limits_mw[handle.index] = limit
+
+
+# Allowed power limit ranges (mW) by default limit, as nvidia-smi -q reports them: H100 SXM
+# 200-700 W, A100 SXM 100-400 W, V100 SXM2 and A100 PCIe 80GB 150-300 W, 250 W boards 150-250 W.
+POWER_RANGES_MW: dict[int, tuple[int, int]] = {
+    700_000: (200_000, 700_000),
+    400_000: (100_000, 400_000),
+    300_000: (150_000, 300_000),
+    250_000: (150_000, 250_000),
+}
 
 
 def telemetry_functions() -> dict[str, Any]:
