@@ -7,6 +7,7 @@ import typer
 from accelnet.cli.bench_cmd import bench_app
 from accelnet.cli.comm_cmd import comm_app
 from accelnet.cli.demo import demo
+from accelnet.cli.device_cmd import device_app
 from accelnet.cli.fabric_cmd import fabric_app
 from accelnet.cli.job_cmd import job_app
 from accelnet.cli.plan_cmd import plan
@@ -24,6 +25,7 @@ app.add_typer(fabric_app, name="fabric")
 app.add_typer(job_app, name="job")
 app.add_typer(comm_app, name="comm")
 app.add_typer(bench_app, name="bench")
+app.add_typer(device_app, name="device")
 app.command("demo")(demo)
 app.command("plan")(plan)
 app.command("run")(run)

@@ -18,6 +18,8 @@ from rich.text import Text
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.job_cmd import load_or_exit_jobs
 from accelnet.cli.render import JOB_STATE_STYLE
+from accelnet.devices.faults import FaultPlanError, load_faults
+from accelnet.devices.remediation import PolicyError, load_policy
 from accelnet.runtime.controller import JobRejectedError
 from accelnet.runtime.sdk import Job, LocalCluster
 from accelnet.runtime.store import StoreError
@@ -68,14 +70,25 @@ def run(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON summary for scripts")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
+    policy: Annotated[
+        Path | None, typer.Option(help="device remediation policy (YAML; docs/devices.md)")
+    ] = None,
+    faults: Annotated[
+        Path | None, typer.Option(help="faults to inject (YAML; docs/devices.md)")
+    ] = None,
 ) -> None:
     """Run job files to completion on this machine (or an emulated fabric) and report."""
     emulated = fabric is not None and fabric != "local"
     fab = load_or_exit(fabric, "per-core")
     specs = load_or_exit_jobs(job_files, Topology(fab))
+    try:
+        rules = load_policy(policy) if policy is not None else None
+        injected = load_faults(faults) if faults is not None else ()
+    except (PolicyError, FaultPlanError) as exc:
+        fail(exc, 1)
     console = Console(stderr=as_json)
     start = time.monotonic()
-    with LocalCluster(fab, workdir=out.resolve(), db=db) as cluster:
+    with LocalCluster(fab, workdir=out.resolve(), db=db, policy=rules, faults=injected) as cluster:
         try:
             handles = [_resume_or_submit(cluster, s, db is not None) for s in specs]
         except JobRejectedError as exc:

@@ -41,7 +41,7 @@ DEVICE_TRANSITIONS: TransitionTable[DeviceState] = TransitionTable(
         },
         _S.READY: {
             _S.ALLOCATED: "the scheduler placed work on it",
-            _S.REFRESHING: "an operator asked for a reset",
+            _S.REFRESHING: "an operator asked for a reset or a probe (out of service meanwhile)",
             _S.DRAINED: "drained while idle: nothing to wait for",
             _S.UNHEALTHY: "a health check failed",
             _S.OFFLINE: "its node or worker went away",

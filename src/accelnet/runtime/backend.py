@@ -125,3 +125,44 @@ class SupportsHandoff(ABC):
     def output_location(self, job_id: str) -> str:
         """Where ``job_id``'s outputs are (a folder on the local backend); what the tasks
         of a job consuming them are given."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoss:
+    """A device's worker that died on its own (nobody asked it to stop): when the backend
+    noticed (injected clock), its pid, and how it ended (``killed by SIGKILL``)."""
+
+    device: str
+    at: float
+    pid: int
+    how: str
+
+
+class SupportsWorkers(ABC):
+    """Capability: one worker process per device, with a heartbeat, that can be killed
+    and reset (what device health checks, remediation and fault injection use)."""
+
+    @abstractmethod
+    def worker_pid(self, device: str) -> int | None:
+        """The pid of ``device``'s worker if one is running."""
+
+    @abstractmethod
+    def heartbeats(self) -> dict[str, tuple[float, int]]:
+        """Each live worker's device -> (when it was last heard from, by the backend's
+        clock; its pid). Reads what the workers sent without waiting."""
+
+    @abstractmethod
+    def take_losses(self) -> list[WorkerLoss]:
+        """The workers that died on their own since the last call (each once)."""
+
+    @abstractmethod
+    def kill_worker(self, device: str, why: str) -> bool:
+        """SIGKILL ``device``'s worker and its task's processes now; a task it was running
+        ends LOST with ``why``. False if it had no worker. Not reported as a loss."""
+
+    @abstractmethod
+    def reset(self, device: str, hardware: bool = False) -> tuple[bool, str]:
+        """Reset the device as far as the backend can: stop its worker (killed if it does
+        not exit), reset the hardware if ``hardware`` and the backend can (an NVIDIA GPU:
+        ``nvidia-smi --gpu-reset``, where permitted), clean its scratch space and start a
+        fresh worker that must answer; (ok, detail). Blocks for seconds at most."""

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 
@@ -59,6 +59,18 @@ _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMP
 
 class JobRejectedError(ValueError):
     """A job the fabric can never run; names the spec key and value."""
+
+
+class Care(Protocol):
+    """What watches and repairs the devices (:class:`accelnet.runtime.care.DeviceCare`):
+    stepped in every reconcile pass, before the decision; handed the events of the tasks
+    it launched itself (probes)."""
+
+    def step(self) -> None:
+        """Check, remediate, act on requests; may change devices through the controller."""
+
+    def on_task_event(self, ev: TaskEvent) -> None:
+        """An event of a task the controller did not launch."""
 
 
 @dataclass
@@ -114,6 +126,7 @@ class Controller:
             self.session.progress = backend.progress
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
         self._gate = InputGate()  # jobs held until their input jobs succeed
+        self.care: Care | None = None  # device health and remediation, if attached
         self._recover()
 
     # ----- start-up -----------------------------------------------------------------
@@ -130,6 +143,8 @@ class Controller:
             elif state in (DeviceState.ALLOCATED, DeviceState.DRAINING, DeviceState.REFRESHING):
                 self._track(dev, Tracked(DeviceState.REFRESHING))
                 self._refresh(dev)
+                if state is DeviceState.DRAINING and self._devices[dev].state is DeviceState.READY:
+                    self._set_device(dev, DeviceState.DRAINED, now, "drained before the restart")
             else:
                 self._track(dev, Tracked(state))
         for rec in self.store.jobs(_LIVE):
@@ -184,19 +199,26 @@ class Controller:
         and call this under it)."""
         for ev in events:
             self._on_event(ev)
+        if self.care is not None:
+            self.care.step()
         changed = bool(events) or self._dirty
         if self._dirty:
             self._dirty = False
             self._schedule()
         return changed
 
-    def fail_device(self, dev: str, cause: str) -> None:
+    def fail_device(self, dev: str, cause: str, requeue: bool = True) -> None:
         """A device failed (a health check, an injected fault): it becomes UNHEALTHY and
-        takes no new work; the jobs on it are stopped and requeued within their retry
-        budget (the failure counts against it)."""
+        takes no new work (already UNHEALTHY: it stays); the jobs on it are stopped and
+        requeued within their retry budget (the failure counts against it), or, without
+        ``requeue``, left to finish."""
         now = self.clock.now()
-        self._track(dev, fail(self._devices[dev], dev, now, cause))
-        self.store.set_device(dev, DeviceState.UNHEALTHY, now, cause)
+        if self._devices[dev].state is not DeviceState.UNHEALTHY:
+            self._track(dev, fail(self._devices[dev], dev, now, cause))
+            self.store.set_device(dev, DeviceState.UNHEALTHY, now, cause)
+        self._dirty = True
+        if not requeue:
+            return
         for jid in sorted(self._holders.get(dev, ())):
             run = self._runs.get(jid)
             if run is None or run.cancel is not None:
@@ -204,7 +226,6 @@ class Controller:
             if run.error is None:
                 run.error = f"device {dev} failed: {cause}"
             self._stop(jid, f"device {dev} failed")
-        self._dirty = True
 
     def repair_device(self, dev: str, cause: str) -> None:
         """Remediation of an UNHEALTHY (or drained) device: refresh and probe it; it is
@@ -214,6 +235,16 @@ class Controller:
         self.store.set_device(dev, DeviceState.REFRESHING, now, cause)
         self._refresh(dev)
         self._dirty = True
+
+    def set_device(self, dev: str, state: DeviceState, cause: str) -> None:
+        """Move a device to ``state`` (IllegalTransitionError if the device table does not
+        allow it), recorded with ``cause``; decide again."""
+        self._set_device(dev, state, self.clock.now(), cause)
+        self._dirty = True
+
+    def jobs_on(self, dev: str) -> list[str]:
+        """The jobs holding (a share of) ``dev`` now, sorted."""
+        return sorted(self._holders.get(dev, ()))
 
     def reason(self, job_id: str) -> str | None:
         """Why a queued job is waiting (None if it is not queued)."""
@@ -363,7 +394,9 @@ class Controller:
     def _on_event(self, ev: TaskEvent) -> None:
         where = self._tasks.get(ev.task_id)
         if where is None:
-            return  # a task of an attempt already settled
+            if self.care is not None:  # a probe, or a task of an attempt already settled
+                self.care.on_task_event(ev)
+            return
         jid, rank = where
         run = self._runs[jid]
         rec = self._live[jid]

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -41,9 +41,11 @@ from accelnet.runtime.backend import (
     SupportsHandoff,
     SupportsLiveLogs,
     SupportsRefresh,
+    SupportsWorkers,
     TaskEvent,
     TaskEventKind,
     TaskSpec,
+    WorkerLoss,
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.handoff import HandoffArea
@@ -74,9 +76,10 @@ class _Worker:
     pong: int = -1
     dead: bool = False
     sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
+    beat: float = 0.0  # when it was last heard from (the injected clock)
 
 
-class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
+class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, SupportsWorkers):
     """Runs tasks as local processes, one worker process per device.
 
     ``devices`` maps device ids to devices (e.g. ``fabric.devices``); ``workdir`` holds the
@@ -90,7 +93,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
     attempt's shared memory in a folder under ``shm_base`` (default ``/dev/shm``).
 
     ``kill_grace_s`` is how long a cancelled or timed-out command has between SIGTERM and
-    SIGKILL; ``ping_timeout_s`` bounds :meth:`refresh`'s health check.
+    SIGKILL; ``ping_timeout_s`` bounds :meth:`refresh`'s health check. Workers send a
+    heartbeat every ``heartbeat_s`` (:meth:`heartbeats`; None: none). ``device_reset``
+    resets a device's hardware in :meth:`reset` (e.g.
+    :class:`accelnet.devices.reset.NvidiaSmiReset`); ``(done, detail)``.
 
     All methods but :meth:`wakeup` are to be called from one thread. Usable as a context
     manager (closes on exit).
@@ -107,6 +113,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
         kill_grace_s: float = 1.0,
         ping_timeout_s: float = 10.0,
         shm_base: Path | None = None,
+        heartbeat_s: float | None = 1.0,
+        device_reset: Callable[[Device], tuple[bool, str]] | None = None,
     ) -> None:
         if recycle not in RECYCLE_POLICIES:
             raise ValueError(f"unknown recycle policy {recycle!r}; valid: {RECYCLE_POLICIES}")
@@ -118,6 +126,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
         self._emulated = emulated
         self._kill_grace_s = kill_grace_s
         self._ping_timeout_s = ping_timeout_s
+        self._heartbeat_s = heartbeat_s
+        self._device_reset = device_reset
+        self._losses: list[WorkerLoss] = []
         self._workers: dict[str, _Worker] = {}
         self._tasks: dict[str, str] = {}  # running task id -> device id
         self._python_ran: set[str] = set()  # devices with a payload since their last refresh
@@ -365,6 +376,48 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
         w = self._workers.get(device)
         return None if w is None or w.dead else w.proc.pid
 
+    # -- SupportsWorkers -------------------------------------------------------------------
+
+    def heartbeats(self) -> dict[str, tuple[float, int]]:
+        """See :class:`SupportsWorkers`."""
+        self._collect()
+        return {d: (w.beat, w.proc.pid) for d, w in self._workers.items() if not w.dead}
+
+    def take_losses(self) -> list[WorkerLoss]:
+        """See :class:`SupportsWorkers` (deaths :meth:`poll` noticed; reads nothing)."""
+        out, self._losses = self._losses, []
+        return out
+
+    def kill_worker(self, device: str, why: str) -> bool:
+        """See :class:`SupportsWorkers`."""
+        w = self._workers.get(device)
+        if w is None or w.dead:
+            return False
+        task = w.task
+        code = self._kill(w)
+        if task is not None:
+            self._finish(w, TaskEventKind.LOST, exit_code=code, error=f"worker killed: {why}")
+        return True
+
+    def reset(self, device: str, hardware: bool = False) -> tuple[bool, str]:
+        """See :class:`SupportsWorkers`: the worker is stopped (or killed) even if it was
+        kept by the recycle policy; the new one must answer a ping."""
+        self._check_open()
+        dev = self._device(device)
+        w = self._workers.get(dev.id)
+        if w is not None and w.task is not None:
+            return False, f"device {dev.id} is running task {w.task.spec.task_id}"
+        notes = []
+        if w is not None:
+            self._stop(w)
+            notes.append(f"worker pid {w.proc.pid} stopped")
+        if hardware and self._device_reset is not None and not self._emulated:
+            notes += [d for d in self._device_reset(dev)[1:] if d]
+        self._ever_started.add(dev.id)  # a reset device gets a worker, to prove it answers
+        self._python_ran.discard(dev.id)
+        ok, detail = self.refresh(dev.id)
+        return ok, "; ".join([*notes, detail])
+
     def scratch_dir(self, device: str) -> Path:
         """``device``'s scratch dir (``ACCELNET_SCRATCH`` of its tasks). ``KeyError`` if unknown."""
         return self._scratch(self._device(device))
@@ -402,7 +455,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
         w = _Worker(device.id, proc, Connection(ours.detach()), log)
         self._workers[device.id] = w
         self._ever_started.add(device.id)
-        self._send(w, ("init", {"parent_pid": os.getpid(), "spool": str(self._spool(device.id))}))
+        w.beat = self._clock.now()
+        init = {"parent_pid": os.getpid(), "spool": str(self._spool(device.id)),
+                "beat_s": self._heartbeat_s}  # fmt: skip
+        self._send(w, ("init", init))
         return w
 
     def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
@@ -450,8 +506,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
             return
         task = w.task
         code = self._kill(w)
+        how = "vanished" if code is None else _worker.describe_exit(code)
+        if not self._closed:
+            self._losses.append(WorkerLoss(w.device, self._clock.now(), w.proc.pid, how))
         if task is not None:
-            how = "vanished" if code is None else _worker.describe_exit(code)
             error = f"worker of {w.device} (pid {w.proc.pid}) {how}" + self._log_tail(w)
             self._finish(w, TaskEventKind.LOST, exit_code=code, error=error)
 
@@ -510,6 +568,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff):
 
     def _handle(self, w: _Worker, msg: tuple[Any, ...]) -> None:
         op = msg[0]
+        w.beat = self._clock.now()
+        if op == "beat":
+            return
         if op == "pong":
             w.pong = msg[1]
             return

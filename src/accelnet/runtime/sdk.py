@@ -5,7 +5,9 @@ device it uses) on this machine's fabric, or on any fabric (``fabric="mixed-lab"
 devices are then emulated on this machine's CPU. Jobs are Python callables (cloudpickled)
 or job specs with a shell command or an entrypoint. A job may consume earlier jobs'
 outputs (``inputs={"tiles": job}``): it waits for them and finds their output folders in
-``ACCELNET_INPUT_<ALIAS>`` (:mod:`accelnet.runtime.handoff`).
+``ACCELNET_INPUT_<ALIAS>`` (:mod:`accelnet.runtime.handoff`). Devices are watched and
+repaired (:mod:`accelnet.runtime.care`, docs/devices.md): ``local(policy=..., faults=...)``,
+``cluster.devices()``, ``drain``, ``undrain``, ``reset_device``, ``probe``, ``inject``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from accelnet.devices.faults import Fault
+from accelnet.devices.remediation import RemediationPolicy, load_policy
+from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.fabric import Fabric, load_fabric
+from accelnet.runtime.care import DeviceCare
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.controller import Controller
 from accelnet.runtime.local_backend import LocalBackend, Recycle
+from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
 from accelnet.runtime.sqlite_store import SqliteStore
-from accelnet.runtime.store import JobRecord, MemoryStore, Store
+from accelnet.runtime.store import Event, JobRecord, MemoryStore, Store
 from accelnet.sched import JobSpec, JobState, Scheduler
 from accelnet.sched.jobfile import check_runnable, load_jobs
 
@@ -92,12 +99,21 @@ class Job:
                 continue
         return ""
 
+    def events(self) -> list[Event]:
+        """The job's event log: its transitions with their causes (a move off a failing
+        device: ``job:moved``, then ``job:admitted`` 'requeued ...'), its tasks' news."""
+        return self.cluster.store.events(self.id)
+
     def __repr__(self) -> str:
         return f"Job({self.id!r}, {self.state.value})"
 
 
-class LocalCluster:
-    """A controller running in a background thread; use as a context manager."""
+class LocalCluster(DeviceOps):
+    """A controller running in a background thread; use as a context manager.
+
+    ``health`` (default on) watches the devices and repairs them as ``policy`` says (a
+    :class:`RemediationPolicy` or a YAML file; docs/devices.md); ``faults`` are injected
+    on their schedule, timed from the start."""
 
     def __init__(
         self,
@@ -106,7 +122,14 @@ class LocalCluster:
         db: str | Path | None = None,
         scheduler: Scheduler | None = None,
         recycle: Recycle = "after-python",
+        *,
+        policy: RemediationPolicy | str | Path | None = None,
+        faults: Iterable[Fault] = (),
+        health: bool = True,
+        sample_period_s: float = 2.0,
     ) -> None:
+        if isinstance(policy, str | Path):
+            policy = load_policy(policy)
         emulated = fabric is not None and fabric != "local"
         self.fabric = fabric if isinstance(fabric, Fabric) else load_fabric(fabric)
         self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="accelnet-")
@@ -120,10 +143,21 @@ class LocalCluster:
             clock,
             recycle=recycle,
             emulated=emulated,
+            device_reset=NvidiaSmiReset(),  # real NVIDIA GPUs only, where permitted
         )
         self.controller = Controller(
             self.fabric, self.store, self.backend, clock, self.workdir, scheduler
         )
+        self.care: DeviceCare | None = None
+        if health:
+            self.care = DeviceCare(
+                self.controller,
+                policy,
+                samplers=default_samplers(self.fabric, self.backend, emulated),
+                sample_period_s=sample_period_s,
+                faults=faults,
+                store_requests=db is not None,
+            )
         self._lock = threading.Lock()
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -148,6 +182,8 @@ class LocalCluster:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self.care is not None:
+            self.care.close()
         self.backend.close()
         self.store.close()
         if self._tmp is not None:
@@ -280,6 +316,11 @@ def local(
     workdir: str | Path | None = None,
     db: str | Path | None = None,
     scheduler: Scheduler | None = None,
+    *,
+    policy: RemediationPolicy | str | Path | None = None,
+    faults: Iterable[Fault] = (),
+    health: bool = True,
 ) -> LocalCluster:
-    """An embedded cluster on this machine (or an emulated ``fabric``); a context manager."""
-    return LocalCluster(fabric, workdir, db, scheduler)
+    """An embedded cluster on this machine (or an emulated ``fabric``); a context manager.
+    Devices are watched and repaired as ``policy`` says; ``faults`` are injected."""
+    return LocalCluster(fabric, workdir, db, scheduler, policy=policy, faults=faults, health=health)

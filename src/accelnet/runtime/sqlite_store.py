@@ -57,7 +57,10 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_job ON events(job);
 CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL);
 """
-_INDEXES = "CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, seq);"  # after migrations
+_INDEXES = (  # after migrations
+    "CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, seq);"
+    "CREATE INDEX IF NOT EXISTS events_kind ON events(kind, seq);"  # device requests, health
+)
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
     "result, error, payload, failures, attained, done, inputs"
@@ -259,6 +262,18 @@ class SqliteStore(Store):
                     "SELECT seq, at, job, kind, detail FROM events WHERE job=? ORDER BY seq",
                     (job_id,),
                 ).fetchall()
+        return [Event(*r) for r in rows]
+
+    def events_since(self, seq: int, kinds: Iterable[str] | None = None) -> list[Event]:
+        """See :class:`Store` (also what other processes appended since)."""
+        query = "SELECT seq, at, job, kind, detail FROM events WHERE seq > ?"
+        args: list[Any] = [seq]
+        wanted = None if kinds is None else list(kinds)
+        if wanted is not None:
+            query += f" AND kind IN ({','.join('?' * len(wanted))})"
+            args += wanted
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY seq", args).fetchall()
         return [Event(*r) for r in rows]
 
     # ----- devices ------------------------------------------------------------------

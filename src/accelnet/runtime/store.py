@@ -104,6 +104,12 @@ class Store(ABC):
     def events(self, job_id: str | None = None) -> list[Event]:
         """The event log (of one job), oldest first."""
 
+    def events_since(self, seq: int, kinds: Iterable[str] | None = None) -> list[Event]:
+        """The events after ``seq`` (of the given kinds), oldest first: how a controller
+        picks up what another process appended (an operator's device requests)."""
+        wanted = None if kinds is None else set(kinds)
+        return [e for e in self.events() if e.seq > seq and (wanted is None or e.kind in wanted)]
+
     @abstractmethod
     def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
         """Record a device's new state (the lifecycle checks legality before)."""
@@ -203,6 +209,13 @@ class MemoryStore(Store):
             if job_id is None:
                 return list(self._events)
             return list(self._by_job.get(job_id, ()))
+
+    def events_since(self, seq: int, kinds: Iterable[str] | None = None) -> list[Event]:
+        """See :class:`Store`."""
+        wanted = None if kinds is None else set(kinds)
+        with self._lock:
+            newer = self._events[max(0, seq) :]  # seq n is at index n - 1
+        return [e for e in newer if wanted is None or e.kind in wanted]
 
     def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
         """See :class:`Store`."""

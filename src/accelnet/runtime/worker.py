@@ -26,11 +26,14 @@ The worker exits when its parent closes the connection and, while a payload keep
 thread busy, when a watchdog thread sees that its parent has died; either way it kills the
 running command's process group first, so a SIGKILLed controller leaves no orphans.
 
-Messages are tuples. Parent to worker: ``("init", {"parent_pid": int, "spool": str})`` first,
-then
+Messages are tuples. Parent to worker: ``("init", {"parent_pid": int, "spool": str,
+"beat_s": float | None})`` first, then
 ``("run", request)``, ``("cancel", task_id)``, ``("ping", token)``, ``("exit",)``. Worker to
 parent: ``("started", task_id, pid, monotonic_time)``, ``("done", task_id, kind,
-exit_code, error, result)`` with ``kind`` one of :data:`DONE_KINDS`, ``("pong", token)``.
+exit_code, error, result)`` with ``kind`` one of :data:`DONE_KINDS`, ``("pong", token)``,
+and ``("beat",)`` every ``beat_s`` seconds from a thread of its own (a heartbeat: it comes
+while a payload keeps the main thread busy, and stops if the process is stopped or hung).
+Sends go through one lock, so the heartbeat never interleaves with another message.
 
 Imports are the standard library only (cloudpickle is imported on the first payload): the
 worker answers its first message about 50 ms after it is spawned.
@@ -138,8 +141,12 @@ class _Child:
 class Worker:
     """The serving loop of one worker process (see the module docstring)."""
 
-    def __init__(self, conn: Connection, parent_pid: int, spool: str) -> None:
+    def __init__(
+        self, conn: Connection, parent_pid: int, spool: str, beat_s: float | None = None
+    ) -> None:
         self.conn = conn
+        self.beat_s = beat_s
+        self._send_lock = threading.Lock()
         self.parent_pid = parent_pid
         self.base_env = dict(os.environ)  # what every task's environment starts from
         self.spool = {stream: f"{spool}.{stream}" for stream in STREAMS}
@@ -152,6 +159,8 @@ class Worker:
     def serve(self) -> None:
         """Answer messages until the parent says ``exit`` or closes the connection."""
         threading.Thread(target=self._watch_parent, name="watch-parent", daemon=True).start()
+        if self.beat_s:
+            threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
         while not self.exiting:
             try:
                 msg = self.conn.recv()
@@ -165,11 +174,24 @@ class Worker:
         if op == "run":
             self._run(msg[1])
         elif op == "ping":
-            self.conn.send(("pong", msg[1]))
+            self._send(("pong", msg[1]))
         elif op == "exit":
             self.exiting = True
             return True
         return op == "cancel" and bool(msg[1] == running)  # a cancel of anything else is stale
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self.conn.send(msg)
+
+    def _beat(self) -> None:
+        assert self.beat_s
+        while True:
+            _pause(self.beat_s)
+            try:
+                self._send(("beat",))
+            except OSError:  # the parent is gone: the main thread finds out too
+                return
 
     def _watch_parent(self) -> None:
         while True:
@@ -187,7 +209,7 @@ class Worker:
         error: str | None = None,
         result: bytes | None = None,
     ) -> None:
-        self.conn.send(("done", task_id, kind, exit_code, error, result))
+        self._send(("done", task_id, kind, exit_code, error, result))
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -235,7 +257,7 @@ class Worker:
         )
         child = self.child = _Child(proc)
         started = time.monotonic()
-        self.conn.send(("started", task_id, proc.pid, started))
+        self._send(("started", task_id, proc.pid, started))
         timeout: float | None = req["timeout_s"]
         deadline = None if timeout is None else started + timeout
         grace: float = req["grace_s"]
@@ -290,7 +312,7 @@ class Worker:
             os.write(err, traceback.format_exc().encode())
             self._finish(req, "failed", error=f"the payload could not be unpickled: {e!r}")
             return
-        self.conn.send(("started", task_id, os.getpid(), time.monotonic()))
+        self._send(("started", task_id, os.getpid(), time.monotonic()))
         kind, code, error, result = "failed", None, None, None
         with _redirected(out, err, self.base_env, req["env"]):
             try:
@@ -406,7 +428,7 @@ def main(argv: list[str]) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    Worker(conn, init["parent_pid"], init["spool"]).serve()
+    Worker(conn, init["parent_pid"], init["spool"], init.get("beat_s")).serve()
     return 0
 
 
