@@ -12,7 +12,9 @@ from accelnet.cli.fabric_cmd import fabric_app
 from accelnet.cli.job_cmd import job_app
 from accelnet.cli.plan_cmd import plan
 from accelnet.cli.run_cmd import run
+from accelnet.cli.serve_cmd import serve
 from accelnet.cli.simulate_cmd import simulate
+from accelnet.cli.token_cmd import token_app
 
 app = typer.Typer(
     name="accelnet",
@@ -26,10 +28,12 @@ app.add_typer(job_app, name="job")
 app.add_typer(comm_app, name="comm")
 app.add_typer(bench_app, name="bench")
 app.add_typer(device_app, name="device")
+app.add_typer(token_app, name="token")
 app.command("demo")(demo)
 app.command("plan")(plan)
 app.command("run")(run)
 app.command("simulate")(simulate)
+app.command("serve")(serve)
 
 
 def main() -> None:

@@ -1,0 +1,190 @@
+"""Tenants and quotas, the scheduling policy, the cluster event log and the audit log.
+
+Events a non-admin may see: its tenant's jobs' events, and the events of no job (device
+states, health, remediation) with their detail cut to the part before the first ``": "``
+(``h100box/gpu0``): the rest may name other tenants' jobs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from accelnet.api.admission import Admission
+from accelnet.api.audit import AuditLog
+from accelnet.api.errors import invalid
+from accelnet.api.jobs import JobTenants
+from accelnet.api.models import (
+    AuditEntryOut,
+    AuditOut,
+    EventOut,
+    EventsOut,
+    PolicyIn,
+    PolicyOut,
+    TenantIn,
+    TenantOut,
+)
+from accelnet.api.port import ClusterPort
+from accelnet.api.tenants import TenantRecord, Tenants
+from accelnet.api.tokens import Principal
+from accelnet.fabric.catalog import find_device_model
+from accelnet.runtime.clock import Clock
+from accelnet.runtime.store import Event
+from accelnet.sched import JobState
+from accelnet.sched.placement import PLACEMENTS
+from accelnet.sched.policies import POLICY_NAMES, make_scheduler
+from accelnet.sched.rounds import RoundScheduler
+
+_HOLDING = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
+DEFAULT_ROUND_S = 360.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """The policy in force: its name, placement and round length."""
+
+    policy: str
+    placement: str
+    round_s: float | None
+
+
+def policy_of(name: str, port: ClusterPort) -> PolicyState:
+    """The state of the scheduler ``port`` runs, which was made as policy ``name``."""
+    s = port.scheduler()
+    round_s = s.round_s if isinstance(s, RoundScheduler) else None
+    return PolicyState(name, getattr(s.placement, "name", "?"), round_s)
+
+
+class ControlService:
+    """Tenants, policy, events and audit."""
+
+    def __init__(
+        self,
+        port: ClusterPort,
+        tenants: Tenants,
+        admission: Admission,
+        job_tenants: JobTenants,
+        audit: AuditLog,
+        clock: Clock,
+        policy: str,
+    ) -> None:
+        self.port = port
+        self.tenants = tenants
+        self.admission = admission
+        self.job_tenants = job_tenants
+        self.audit_log = audit
+        self.clock = clock
+        self._policy = policy_of(policy, port)
+        self._policy_lock = threading.Lock()  # one change at a time
+
+    # ----- tenants --------------------------------------------------------------------
+    def usage(self) -> dict[str, dict[str, float]]:
+        """Devices each tenant's running jobs hold, per model and ``*``."""
+        out: dict[str, dict[str, float]] = {}
+        for rec in self.port.store.jobs(_HOLDING):
+            p = rec.placement
+            if p is None:
+                continue
+            mine = out.setdefault(rec.spec.tenant, {})
+            amount = len(p.devices) * p.share
+            mine[p.model] = mine.get(p.model, 0.0) + amount
+            mine["*"] = mine.get("*", 0.0) + amount
+        return out
+
+    def tenant_out(self, record: TenantRecord, usage: dict[str, dict[str, float]]) -> TenantOut:
+        """A tenant with what it uses."""
+        return TenantOut(
+            name=record.name, weight=record.weight, quota=dict(record.quota),
+            usage=usage.get(record.name, {}), committed=self.admission.committed(record.name),
+        )  # fmt: skip
+
+    def list_tenants(self, who: Principal) -> list[TenantOut]:
+        """Every tenant (with those of live jobs); a non-admin's own only."""
+        known = self.tenants.reload()
+        for name in self.admission.live_tenants() | {who.tenant}:
+            known.setdefault(name, TenantRecord(name))
+        usage = self.usage()
+        names = sorted(known) if who.admin else [who.tenant]
+        return [self.tenant_out(known[n], usage) for n in names]
+
+    def put_tenant(self, name: str, body: TenantIn) -> TenantOut:
+        """Create or change a tenant; quota keys must name device models (or ``*``)."""
+        old = self.tenants.get(name) or TenantRecord(name)
+        quota = dict(old.quota) if body.quota is None else dict(body.quota)
+        here = sorted({d.model.name for d in self.port.fabric.devices.values()})
+        for key, value in quota.items():
+            if key != "*" and find_device_model(key) is None and key not in here:
+                raise invalid(
+                    f"quota key {key!r} is not a device model; models here: {', '.join(here)} "
+                    "(or '*' for all models)",
+                    f"quota.{key}",
+                )
+            if not (math.isfinite(value) and value >= 0):
+                raise invalid(f"quota {key} = {value}: a number of devices >= 0", f"quota.{key}")
+        weight = old.weight if body.weight is None else body.weight
+        record = self.tenants.put(TenantRecord(name, weight, quota), self.clock.now())
+        self.admission.tenants_changed()
+        return self.tenant_out(record, self.usage())
+
+    # ----- policy ---------------------------------------------------------------------
+    def policy(self) -> PolicyOut:
+        """The policy in force."""
+        p = self._policy
+        return PolicyOut(policy=p.policy, placement=p.placement, round_s=p.round_s,
+                         policies=list(POLICY_NAMES), placements=list(PLACEMENTS))  # fmt: skip
+
+    def set_policy(self, body: PolicyIn) -> PolicyOut:
+        """Decide with another policy from now on (422 naming the field for unknown names)."""
+        if body.policy not in POLICY_NAMES:
+            raise invalid(
+                f"unknown policy {body.policy!r}; known: {', '.join(POLICY_NAMES)}", "policy"
+            )
+        if body.placement is not None and body.placement not in PLACEMENTS:
+            raise invalid(
+                f"unknown placement {body.placement!r}; known: {', '.join(PLACEMENTS)}",
+                "placement",
+            )
+        with self._policy_lock:
+            round_s = body.round_s or self._policy.round_s or DEFAULT_ROUND_S
+            scheduler = make_scheduler(body.policy, round_s=round_s, placement=body.placement)
+            self.port.set_scheduler(scheduler)
+            self._policy = policy_of(body.policy, self.port)
+            return self.policy()
+
+    # ----- events ---------------------------------------------------------------------
+    def visible(self, who: Principal, ev: Event) -> EventOut | None:
+        """The event as ``who`` may see it (None: not at all)."""
+        detail = ev.detail
+        if not who.admin:
+            if ev.job is not None:
+                if self.job_tenants.of(ev.job) != who.tenant:
+                    return None
+            else:
+                detail = detail.split(": ", 1)[0]
+        return EventOut(seq=ev.seq, at=ev.at, job=ev.job, kind=ev.kind, detail=detail)
+
+    def events(self, who: Principal, since: int, limit: int) -> EventsOut:
+        """Cluster events after ``since`` that ``who`` may see, at most ``limit``;
+        ``next`` is the last event looked at (hidden ones included)."""
+        out: list[EventOut] = []
+        last = since
+        for ev in self.port.store.events_since(since):
+            if len(out) >= limit:
+                break
+            last = ev.seq
+            shown = self.visible(who, ev)
+            if shown is not None:
+                out.append(shown)
+        return EventsOut(events=out, next=last)
+
+    # ----- audit ----------------------------------------------------------------------
+    def audit(self, since: int, limit: int) -> AuditOut:
+        """Audit entries after ``since``."""
+        entries = self.audit_log.since(since, limit)
+        return AuditOut(
+            entries=[AuditEntryOut(seq=e.seq, at=e.at, token_id=e.token_id, tenant=e.tenant,
+                                   role=e.role, method=e.method, path=e.path, status=e.status,
+                                   detail=e.detail) for e in entries],
+            next=entries[-1].seq if entries else since,
+        )  # fmt: skip

@@ -1,0 +1,214 @@
+"""``accelnet serve``: the controller and the API in one process.
+
+Threads: the controller runs in its own thread (:class:`~accelnet.runtime.sdk.LocalCluster`,
+over the local backend: one worker process per device in use); uvicorn's event loop runs
+in the main thread and the routes' blocking work in its thread pool. The cluster's lock
+guards the controller (the SDK takes it; :class:`~accelnet.api.port.LocalClusterPort`
+where the SDK has no call); the store and the API tables are thread-safe on their own;
+submissions are serialised by :class:`~accelnet.api.admission.Admission` (quotas).
+
+Start-up: options are checked first (a host other than loopback needs TLS or
+``--insecure-bind``), the socket is bound (port 0: any free port) before the controller
+starts, and the URL is printed once the server listens. SIGTERM or Ctrl-C: uvicorn stops
+taking requests and ends the open streams, then the controller stops and its workers
+and their tasks are ended; the store keeps every accepted job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import uvicorn
+from fastapi import FastAPI
+
+from accelnet.api.app import create_app
+from accelnet.api.context import ApiContext, ApiSettings, build_context
+from accelnet.api.db import ApiDb
+from accelnet.api.port import LocalClusterPort
+from accelnet.api.tokens import Role
+from accelnet.runtime.clock import SystemClock
+from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched.policies import make_scheduler
+
+BACKENDS = ("local",)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class ServeError(RuntimeError):
+    """The server cannot start as asked; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """What ``accelnet serve`` was asked for."""
+
+    backend: str = "local"
+    db: Path | None = None
+    fabric: str | None = None
+    workdir: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8765
+    policy: str = "fifo"
+    placement: str | None = None
+    round_s: float = 360.0
+    rate: float = 50.0
+    burst: int = 100
+    max_body: int = 1 << 20
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_bind: bool = False
+    device_policy: Path | None = None
+    log_level: str = "info"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only reaches this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def check(opts: ServeOptions) -> None:
+    """ServeError for options that cannot work (before anything starts)."""
+    if opts.backend not in BACKENDS:
+        raise ServeError(f"backend {opts.backend!r} is not available; valid: {', '.join(BACKENDS)}")
+    if (opts.tls_cert is None) != (opts.tls_key is None):
+        raise ServeError("TLS needs both --tls-cert and --tls-key")
+    for path in (opts.tls_cert, opts.tls_key):
+        if path is not None and not path.is_file():
+            raise ServeError(f"{path}: no such file")
+    if not is_loopback(opts.host) and opts.tls_cert is None and not opts.insecure_bind:
+        raise ServeError(
+            f"refusing to listen on {opts.host} without TLS: anyone who can reach it could "
+            "try tokens in the clear. Give --tls-cert and --tls-key, or --insecure-bind if "
+            "something in front of it (a TLS proxy, a private network) protects it"
+        )
+    if not 0 <= opts.port <= 65535:
+        raise ServeError(f"--port {opts.port}: 0 (any free port) to 65535")
+    if opts.log_level not in LOG_LEVELS:
+        raise ServeError(f"--log-level {opts.log_level!r}; valid: {', '.join(LOG_LEVELS)}")
+    if opts.burst < 1:
+        raise ServeError(f"--burst {opts.burst}: at least 1")
+    if opts.max_body < 1024:
+        raise ServeError(f"--max-body {opts.max_body}: at least 1024 bytes")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one)."""
+    bare = host.strip("[]")
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bare, port))
+        sock.listen(128)  # connections wait in the backlog until the server takes them
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def url_of(sock: socket.socket, tls: bool) -> str:
+    """``http://127.0.0.1:8765`` (``[::1]`` for IPv6)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+def build_app(ctx: ApiContext) -> FastAPI:
+    """The whole server's application: the API, and what mounts next to it (``/metrics``
+    and the dashboard install themselves here, each given ``app`` and ``ctx``)."""
+    return create_app(ctx)
+
+
+@contextlib.contextmanager
+def _quiet_signals() -> Iterator[None]:
+    """While uvicorn runs: SIGINT and SIGTERM are its (it stops gracefully); after it
+    returns it raises them again, and these handlers take them, so that the cleanup that
+    follows runs instead of the process dying on the spot."""
+    old = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _bootstrap_admin(ctx: ApiContext, workdir: Path, now: float) -> Path:
+    """A server without ``--db``: an admin token (tenant ``admin``), written (mode 0600) to
+    a file in its working folder, whose path is printed (the secret never is)."""
+    _, token = ctx.tokens.create("admin", Role.ADMIN, "bootstrap", now)
+    ctx.tenants.ensure("admin", now)
+    path = workdir / "admin.token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return path
+
+
+def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
+    """Run the server until SIGTERM or Ctrl-C (see the module docstring). ServeError if it
+    cannot start; fabric, policy and remediation-policy errors propagate."""
+    check(opts)
+    scheduler = make_scheduler(opts.policy, round_s=opts.round_s, placement=opts.placement)
+    tls = opts.tls_cert is not None
+    logging.getLogger("accelnet").setLevel(opts.log_level.upper())
+    if not logging.getLogger("accelnet").handlers:
+        logging.getLogger("accelnet").addHandler(logging.StreamHandler(sys.stderr))
+    sock = bind(opts.host, opts.port)
+    clock = SystemClock()
+    workdir = opts.workdir
+    if workdir is None and opts.db is not None:
+        workdir = opts.db.resolve().parent / f"{opts.db.stem}-work"
+    db = ApiDb(opts.db)
+    cluster = LocalCluster(opts.fabric, workdir, opts.db, scheduler, policy=opts.device_policy)
+    port = LocalClusterPort(cluster)
+    try:
+        cluster.start()
+        settings = ApiSettings(max_body=opts.max_body, rate=opts.rate, burst=opts.burst,
+                               policy=opts.policy)  # fmt: skip
+        ctx = build_context(port, db, clock, settings)
+        notes = [f"fabric {cluster.fabric.name} ({len(cluster.fabric.devices)} devices), "
+                 f"policy {opts.policy}, work in {cluster.workdir}"]  # fmt: skip
+        if opts.db is None:
+            path = _bootstrap_admin(ctx, cluster.workdir, clock.now())
+            notes.append(f"no --db: state is in memory; an admin token is in {path}")
+        elif not any(t.active and t.role is Role.ADMIN for t in ctx.tokens.list()):
+            notes.append(f"no admin token yet: accelnet token create --db {opts.db} "
+                         "--tenant ops --role admin")  # fmt: skip
+        config = uvicorn.Config(
+            build_app(ctx),
+            log_level=opts.log_level,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+            ssl_certfile=str(opts.tls_cert) if opts.tls_cert else None,
+            ssl_keyfile=str(opts.tls_key) if opts.tls_key else None,
+        )
+        server = uvicorn.Server(config)
+        ctx.stopping = lambda: server.should_exit
+        url = url_of(sock, tls)
+        out.write(f"accelnet serving on {url}\n")
+        for note in notes:
+            out.write(f"  {note}\n")
+        out.write(f"  API docs: {url}/docs; stop with Ctrl-C or SIGTERM\n")
+        out.flush()
+        with _quiet_signals():
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+        port.close()
+        cluster.close()
+        db.close()

@@ -1,0 +1,62 @@
+"""``accelnet serve``: the controller and the REST API in one process (docs/api.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from accelnet.cli.fabric_cmd import fail
+from accelnet.specio import SpecError
+
+
+def serve(
+    backend: Annotated[str, typer.Option(help="execution backend (local)")] = "local",
+    db: Annotated[
+        Path | None,
+        typer.Option(help="SQLite file: jobs, tokens, tenants, audit (default: in memory)"),
+    ] = None,
+    fabric: Annotated[
+        str | None, typer.Option(help="emulate this fabric (preset or file) on this CPU")
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="logs, outputs, scratch (default: beside --db)")
+    ] = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0: any free one; the URL is printed)")] = 8765,
+    policy: Annotated[str, typer.Option(help="scheduling policy (docs/policies.md)")] = "fifo",
+    placement: Annotated[str | None, typer.Option(help="placement strategy")] = None,
+    round_s: Annotated[float, typer.Option(help="round length of round-based policies")] = 360.0,
+    rate: Annotated[float, typer.Option(help="requests per second per token (0: no limit)")] = 50.0,
+    burst: Annotated[int, typer.Option(help="requests at once per token")] = 100,
+    max_body: Annotated[int, typer.Option(help="largest request body, bytes")] = 1 << 20,
+    tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM)")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    insecure_bind: Annotated[
+        bool, typer.Option(help="allow a non-loopback --host without TLS")
+    ] = False,
+    device_policy: Annotated[
+        Path | None, typer.Option(help="device remediation policy (YAML; docs/devices.md)")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info, debug")] = "info",
+) -> None:
+    """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM."""
+    # fastapi and uvicorn only when serving: the other commands start faster without them
+    from accelnet.api.db import ApiDbError  # noqa: PLC0415
+    from accelnet.api.server import ServeError, ServeOptions  # noqa: PLC0415
+    from accelnet.api.server import serve as run_server  # noqa: PLC0415
+    from accelnet.fabric.load import FabricNotFoundError  # noqa: PLC0415
+
+    opts = ServeOptions(
+        backend=backend, db=db, fabric=fabric, workdir=workdir, host=host, port=port,
+        policy=policy, placement=placement, round_s=round_s, rate=rate, burst=burst,
+        max_body=max_body, tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
+        device_policy=device_policy, log_level=log_level,
+    )  # fmt: skip
+    try:
+        run_server(opts)
+    except (ServeError, FabricNotFoundError, LookupError) as exc:
+        fail(exc.args[0] if exc.args else exc, 2)
+    except (SpecError, ApiDbError, ValueError) as exc:
+        fail(exc, 1)

@@ -1,0 +1,125 @@
+"""The API's pure parts: quota ledger, rate limiter, tokens, tenants, error paths, options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelnet.api.db import ApiDb
+from accelnet.api.errors import field_path
+from accelnet.api.limits import RateLimiter, retry_after
+from accelnet.api.quota import Charge, QuotaLedger
+from accelnet.api.server import ServeError, ServeOptions, check, is_loopback
+from accelnet.api.streams import sse_message
+from accelnet.api.tenants import TenantRecord, Tenants
+from accelnet.api.tokens import Role, Tokens, hash_secret, parse_token
+from accelnet.runtime.clock import ManualClock
+
+
+def test_a_queued_job_counts_against_every_model_it_may_run_on() -> None:
+    ledger = QuotaLedger()
+    ledger.charge("a", Charge("t", 2, ("L4", "T4")))
+    assert ledger.use("t") == {"*": 2, "L4": 2, "T4": 2}
+    quota = {"L4": 3, "T4": 2}
+    assert ledger.check("t", quota, 1, ["L4", "T4"]) is None  # L4 has room
+    over = ledger.check("t", quota, 2, ["L4", "T4"])
+    assert over is not None and over.message() == (
+        "tenant t is over its quota: L4 quota 3 devices, 2 in use or queued; T4 quota 2 "
+        "devices, 2 in use or queued; this job needs 2 more"
+    )
+    ledger.place("a", "L4")  # it runs on L4: T4 is free again
+    assert ledger.use("t") == {"*": 2, "L4": 2}
+    assert ledger.check("t", quota, 2, ["T4"]) is None
+    ledger.unplace("a")
+    assert ledger.use("t")["T4"] == 2
+    ledger.release("a")
+    assert ledger.use("t") == {} and "a" not in ledger
+
+
+def test_quota_for_all_models_and_within_one_request() -> None:
+    ledger = QuotaLedger()
+    ledger.charge("a", Charge("t", 0.5, ("T4",), placed="T4"))
+    ledger.charge("b", Charge("other", 8, ("H100-SXM",)))
+    assert ledger.check("t", {}, 100, ["T4"]) is None  # no quota: anything goes
+    pending = [Charge("t", 1, ("L4",))]
+    over = ledger.check("t", {"*": 2}, 1, ["H100-SXM"], pending)
+    assert over is not None and "all models quota 2 devices, 1.5 in use or queued" in (
+        over.message()
+    )
+    assert ledger.check("t", {"H100": 1}, 1, ["H100-SXM"]) is None  # alias -> catalog name
+    assert ledger.check("t", {"H100": 1}, 2, ["H100-SXM"]) is not None
+    assert ledger.tenants() == {"t", "other"}
+
+
+def test_token_bucket_on_a_manual_clock() -> None:
+    clock = ManualClock(100.0)
+    limiter = RateLimiter(rate=2.0, burst=3, clock=clock)
+    assert [limiter.take("a") for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limiter.take("a") == pytest.approx(0.5)  # one more in half a second
+    assert limiter.take("b") == 0.0  # per key
+    clock.advance(0.5)
+    assert limiter.take("a") == 0.0
+    clock.advance(100)
+    assert [limiter.take("a") for _ in range(4)][-1] > 0  # refills up to the burst only
+    assert RateLimiter(0, 0, clock).take("x") == 0.0  # rate 0: no limit
+    assert (retry_after(0.01), retry_after(1.0), retry_after(1.2)) == ("1", "1", "2")
+
+
+def test_tokens_are_stored_hashed_and_revocable(tmp_path: Path) -> None:
+    db = ApiDb(tmp_path / "t.db")
+    tokens = Tokens(db)
+    info, token = tokens.create("vision", Role.USER, "ci", 1.0)
+    token_id, secret = parse_token(token) or ("", "")
+    assert token_id == info.id and len(secret) == 64 and token.startswith("acn_")
+    rows = db.query("SELECT * FROM api_tokens")
+    assert secret not in repr(rows) and hash_secret(secret) in repr(rows)
+    who = tokens.authenticate(token)
+    assert who is not None and (who.tenant, who.role, who.name) == ("vision", Role.USER, "ci")
+    assert tokens.authenticate(token[:-1] + ("0" if token[-1] != "0" else "1")) is None
+    assert tokens.authenticate("acn_nonsense") is None and parse_token("Bearer x") is None
+    assert tokens.revoke(info.id, 2.0) and not tokens.revoke(info.id, 3.0)
+    assert tokens.authenticate(token) is None
+    assert [t.active for t in tokens.list()] == [False]
+    with pytest.raises(ValueError, match="tenant"):
+        tokens.create("no spaces", Role.USER, "", 1.0)
+    assert Role.ADMIN.allows(Role.USER) and not Role.VIEWER.allows(Role.USER)
+    db.close()
+
+
+def test_tenants_table(tmp_path: Path) -> None:
+    db = ApiDb(tmp_path / "t.db")
+    tenants = Tenants(db)
+    assert tenants.ensure("a", 1.0).plain
+    tenants.put(TenantRecord("b", 2.0, {"L4": 1}), 1.0)
+    other = Tenants(ApiDb(tmp_path / "t.db"))  # another process's view
+    assert set(other.all()) == {"a", "b"} and other.all()["b"].quota == {"L4": 1}
+    assert not other.all()["b"].plain and other.all()["b"].tenant().weight == 2.0
+    tenants.ensure("c", 2.0)
+    assert other.get("c") is not None  # an unknown name reads the table again
+    with pytest.raises(ValueError, match="weight"):
+        tenants.put(TenantRecord("d", 0.0), 1.0)
+
+
+def test_error_paths_and_sse_format() -> None:
+    assert field_path(("body", "jobs", 0, "resources", "accelerators")) == (
+        "jobs[0].resources.accelerators"
+    )
+    assert field_path(("query", "limit")) == "limit" and field_path(("body",)) == ""
+    assert sse_message(7, {"kind": "job:running"}) == 'id: 7\ndata: {"kind":"job:running"}\n\n'
+
+
+def test_serve_options_that_cannot_work() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.org")
+    check(ServeOptions())
+    check(ServeOptions(host="0.0.0.0", insecure_bind=True))
+    for bad, message in (
+        (ServeOptions(host="10.0.0.1"), "without TLS"),
+        (ServeOptions(backend="ray"), "not available"),
+        (ServeOptions(tls_cert=Path("c.pem")), "both"),
+        (ServeOptions(port=70000), "--port"),
+        (ServeOptions(burst=0), "--burst"),
+    ):
+        with pytest.raises(ServeError, match=message):
+            check(bad)
