@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from accelnet.cli.main import app
@@ -73,3 +74,38 @@ def test_a_job_file_of_jobs_consuming_each_others_outputs(tmp_path: Path) -> Non
     assert (Path(jobs["total"]["output"]) / "total.txt").read_text().strip() == "4950"
     report = Path(jobs["report"]["logs"]) / f"{jobs['report']['log_prefix']}.0.out"
     assert report.read_text().strip() == "sum 4950 of 100 numbers"
+
+
+def test_a_power_budget_runs_jobs_one_at_a_time_and_the_store_keeps_energy_and_history(
+    tmp_path: Path,
+) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - {name: one, run: 'sleep 0.3'}\n  - {name: two, run: 'sleep 0.3'}\n")
+    db = tmp_path / "s.db"
+    r = runner.invoke(app, ["run", str(jobs), "--out", str(tmp_path / "o"), "--db", str(db),
+                            "--fabric", "pcie-4xL4", "--power-budget", "72", "--json"],
+                      env={"COLUMNS": "200"})  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    one, two = data["jobs"]
+    assert one["energy"]["source"] == two["energy"]["source"] == "modelled"
+    assert one["energy"]["joules"] > 0 and set(two["energy"]["by_device"]) == set(two["devices"])
+    assert data["power"]["budget_w"] == 72.0
+    lowered = [c["detail"] for c in data["power"]["changes"] if c["kind"] == "power:cap"]
+    assert lowered and lowered[0].endswith("power budget 72 W, 1 job running, projected 72 W")
+    # the store keeps it: device list shows the jobs' energy, device history the samples
+    listed = runner.invoke(app, ["device", "list", "--fabric", "pcie-4xL4", "--db", str(db),
+                                 "--json"])  # fmt: skip
+    rows = {d["device"]: d for d in json.loads(listed.stdout)["devices"]}
+    used = sum(j["energy"]["joules"] for j in data["jobs"])
+    assert sum(d["energy_j"] or 0 for d in rows.values()) == pytest.approx(used)
+    assert all(d["power_cap_w"] is None for d in rows.values())  # back to the default at close
+    hist = runner.invoke(app, ["device", "history", "l4box/gpu0", "--db", str(db), "--json"])
+    assert hist.exit_code == 0, hist.output
+    buckets = json.loads(hist.stdout)["buckets"]
+    assert buckets and {b["device"] for b in buckets} == {"l4box/gpu0"}
+    assert buckets[0]["schema"] == "accelnet.device-history/v1" and buckets[0]["width_s"] == 60
+    table = runner.invoke(app, ["device", "history", "--db", str(db)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "l4box/gpu3" in table.output
+    unknown = runner.invoke(app, ["device", "history", "nope/gpu9", "--db", str(db)])
+    assert unknown.exit_code == 2 and "unknown device 'nope/gpu9'" in unknown.output

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from accelnet.devices import DeviceState
+from accelnet.devices.history import HistoryBucket, downsample
+from accelnet.devices.telemetry import DeviceSample
 from accelnet.fabric import DomainLevel
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import JobRecord, MemoryStore, Store, StoreError
@@ -82,7 +84,7 @@ def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value='99' WHERE key='version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 3"):
+    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 4"):
         SqliteStore(db)
     assert os.path.exists(db)
 
@@ -120,7 +122,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> Non
     assert again.get("old-1").attained == (("H100-SXM", 12.5),)
     assert again.get("old-1").done == 40.0
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("3",)
+    assert version.fetchone() == ("4",)
 
 
 def test_inputs_are_kept_and_jobs_found_by_name(store: Store) -> None:
@@ -173,4 +175,74 @@ def test_a_version_2_store_is_migrated_with_names_and_no_inputs(tmp_path: Path) 
     assert again.get("new-1").inputs == (("src", "old-2"),)
     assert again.get("new-1").spec.inputs == {"src": "old"}
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("3",)
+    assert version.fetchone() == ("4",)
+
+
+def bucket(dev: str, start: float, util: float, n: int = 1) -> HistoryBucket:
+    samples = [DeviceSample(dev, start + 0.1 * i, "test", utilization_pct=util) for i in range(n)]
+    [b] = downsample(samples, 60.0)
+    return b
+
+
+def test_energy_is_kept_on_the_record(store: Store) -> None:
+    store.add(JobRecord("j-1", SPEC, JobState.PENDING, 1.0))
+    assert store.get("j-1").energy is None
+    energy = {"job": "j-1", "joules": 12.5, "measured_j": 0.0, "modelled_j": 12.5,
+              "source": "modelled", "by_device": {"a/gpu0": 12.5}}  # fmt: skip
+    store.transition("j-1", JobState.ADMITTED, 2.0, "ok", energy=energy)
+    assert store.get("j-1").energy == energy
+    assert store.jobs()[0].energy == energy
+
+
+def test_history_is_kept_merged_bounded_and_read_since(store: Store) -> None:
+    store.add_history([bucket("a/cpu0", 0.0, 10.0), bucket("a/cpu1", 0.0, 50.0)])
+    # the rest of a bucket written at a close merges into it
+    store.add_history([bucket("a/cpu0", 0.0, 30.0, n=3), bucket("a/cpu0", 60.0, 40.0)])
+    [first, second] = store.history("a/cpu0")
+    assert (first.start, first.samples, second.start) == (0.0, 4, 60.0)
+    assert first.stats["utilization_pct"].mean == pytest.approx(25.0)
+    assert [b.device for b in store.history()] == ["a/cpu0", "a/cpu0", "a/cpu1"]
+    assert [b.start for b in store.history("a/cpu0", since=60.0)] == [60.0]
+    assert store.history("a/none") == []
+    store.history_rows = 3
+    store.add_history([bucket("a/cpu0", 60.0 * k, 1.0) for k in range(2, 6)])
+    assert [b.start for b in store.history("a/cpu0")] == [180.0, 240.0, 300.0]
+    store.history_keep_s = 50.0  # buckets that ended 50 s before the newest began go
+    store.add_history([bucket("a/cpu0", 360.0, 1.0)])
+    assert [b.start for b in store.history("a/cpu0")] == [300.0, 360.0]
+    assert len(store.history("a/cpu1")) == 1  # bounds are per device
+
+
+def test_a_version_3_store_is_migrated_with_no_energy_and_an_empty_history(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "v3.db"
+    SqliteStore(db).close()
+    con = sqlite3.connect(db)  # back to version 3: no energy column, no history table
+    con.executescript(
+        """
+        ALTER TABLE jobs DROP COLUMN energy;
+        DROP TABLE device_history;
+        UPDATE meta SET value='3' WHERE key='version';
+        """
+    )
+    con.execute(
+        "INSERT INTO jobs(id, spec, state, submitted_at, attempts, nominated, name) "
+        "VALUES('old-1', ?, 'succeeded', 5.0, 1, '', 'j')",
+        (SPEC.model_dump_json(),),
+    )
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    assert store.get("old-1").energy is None and store.history() == []
+    store.update("old-1", energy={"joules": 1.0})
+    store.add_history([bucket("a/cpu0", 0.0, 5.0)])
+    store.close()
+    again = SqliteStore(db)
+    assert again.get("old-1").energy == {"joules": 1.0}
+    assert len(again.history("a/cpu0")) == 1
+    again.close()
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == ("4",)

@@ -26,6 +26,7 @@ from rich.text import Text
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.runtime.demo import DemoRun, DemoSizes
+from accelnet.runtime.energy_book import energy_from_json
 from accelnet.runtime.pipeline import find_report
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
@@ -78,6 +79,7 @@ def _row(
         Text(devices),
         Text(f"{max(0.0, wait):.1f} s"),
         Text(f"{max(0.0, run):.1f} s"),
+        Text(energy_from_json(rec.energy).describe() if rec.energy else "-"),
         Text(state, JOB_STATE_STYLE.get(state, "")),
         Text(output if state == "succeeded" else (rec.error or why or "")[:80]),
         Text(_metric(name, rec.result)),
@@ -86,7 +88,7 @@ def _row(
 
 def _table(run: DemoRun, emulated: bool, title: str) -> Table:
     table = Table(title=title, caption=f"outputs under {run.out}")
-    for col in ("job", "devices", "wait", "run time", "outcome", "output", "result"):
+    for col in ("job", "devices", "wait", "run time", "energy", "outcome", "output", "result"):
         table.add_column(col, overflow="fold")
     now = time.time()
     for name, job in run.jobs.items():
@@ -189,6 +191,7 @@ def demo(
                     "run_s": (r.finished_at or 0) - (r.started_at or 0) if r.started_at else 0,
                     "output": str(out / run.outputs[name]) if name in run.outputs else None,
                     "error": r.error,
+                    "energy": r.energy,
                 }
                 for name, r in records.items()
             },

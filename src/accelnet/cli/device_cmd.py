@@ -4,8 +4,9 @@ accelnet has no daemon yet (the REST API comes later), so the commands reach a s
 through what it leaves on disk:
 
 - ``list`` discovers this machine (or reads ``--fabric``), samples its devices now and,
-  with ``--db``, shows the states, health findings, remediation phases and running jobs
-  a controller recorded in that store;
+  with ``--db``, shows the states, health findings, remediation phases, running jobs, the
+  jobs' energy and the power caps a controller recorded in that store;
+- ``history`` shows the downsampled telemetry a controller kept in a store;
 - ``drain``, ``undrain``, ``reset`` and ``probe`` with ``--db`` append a request to the
   store; a controller running on it (``accelnet run --db``, ``accelnet.local(db=...)``)
   carries it out within a second and answers, and a controller started later carries out
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,7 +46,8 @@ from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import MemoryStore
 
 device_app = typer.Typer(
-    help="Devices: list with health; drain, undrain, reset, probe.", no_args_is_help=True
+    help="Devices: list with health; history; drain, undrain, reset, probe.",
+    no_args_is_help=True,
 )
 
 FabricOpt = Annotated[
@@ -101,10 +104,16 @@ def _fmt(value: float | None, unit: str, scale: float = 1.0) -> str:
     return "-" if value is None else f"{value / scale:.0f}{unit}"
 
 
+def _joules(value: float | None) -> str:
+    if not value:
+        return "-"
+    return f"{value:.0f} J" if value < 1000 else f"{value / 1000:,.1f} kJ"
+
+
 def _table(rows: list[DeviceStatus]) -> Table:
     table = Table()
     for col in ("device", "model", "state", "phase", "health", "util", "memory", "power",
-                "temp", "jobs", "why"):  # fmt: skip
+                "temp", "energy", "jobs", "why"):  # fmt: skip
         table.add_column(col, overflow="fold")
     for r in rows:
         s = r.sample
@@ -113,11 +122,15 @@ def _table(rows: list[DeviceStatus]) -> Table:
             total = f"/{s.mem_total_bytes / 1e9:.1f}" if s.mem_total_bytes else ""
             mem = f"{s.mem_used_bytes / 1e9:.1f}{total} GB"
         why = r.findings[0].text() if r.findings else ""
+        power = _fmt(s.power_w if s else None, " W")
+        if r.power_cap_w is not None:
+            power += f" (cap {r.power_cap_w:.0f} W)"
         table.add_row(
             r.device, r.model, r.state, r.phase,
             Text(r.health.value, _HEALTH_STYLE[r.health.value]),
             _fmt(s.utilization_pct if s else None, "%"), mem,
-            _fmt(s.power_w if s else None, " W"), _fmt(s.temperature_c if s else None, " C"),
+            power, _fmt(s.temperature_c if s else None, " C"),
+            _joules(r.energy_j),
             ", ".join(r.jobs) or "-", Text(why[:100]),
         )  # fmt: skip
     return table
@@ -170,9 +183,69 @@ def _judged(row: DeviceStatus, policy: RemediationPolicy) -> DeviceStatus:
     now = [f for f in check_sample(row.sample, checks) if f.check not in
            {g.check for g in row.findings}]  # fmt: skip
     found = (*row.findings, *now)
-    return DeviceStatus(row.device, row.kind, row.model, row.state, row.phase,
-                        worst(f.status for f in found), found, row.jobs, row.sample,
-                        row.failures)  # fmt: skip
+    return replace(row, health=worst(f.status for f in found), findings=found)
+
+
+@device_app.command("history")
+def history(
+    db: Annotated[Path, typer.Option(help="the SQLite store of a system")],
+    device: Annotated[str | None, typer.Argument(help="device id (default: all)")] = None,
+    since: Annotated[
+        float | None, typer.Option(help="only the last this many seconds", min=0.0)
+    ] = None,
+    width: Annotated[
+        float | None, typer.Option(help="merge into buckets this many seconds wide", min=1.0)
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The telemetry history a controller kept in a store (one-minute buckets: samples,
+    mean and max utilization, memory, power, temperature, Xid codes, errors)."""
+    from accelnet.devices.history import coarsen  # noqa: PLC0415
+
+    if not db.exists():
+        fail(f"--db {db}: no such file", 2)
+    store = SqliteStore(db)
+    try:
+        buckets = store.history(device, None if since is None else time.time() - since)
+        known = sorted(store.devices())
+        if device is not None and not buckets and device not in known:
+            known = sorted(set(known) | {b.device for b in store.history()})
+    finally:
+        store.close()
+    if device is not None and device not in known and not buckets:
+        fail(f"unknown device {device!r} in {db}; known: {', '.join(known[:8]) or 'none'}", 2)
+    if width is not None:
+        try:
+            buckets = coarsen(buckets, width)
+        except ValueError as exc:
+            fail(exc, 2)
+    if as_json:
+        data = {"schema": "accelnet.device-history-list/v1", "db": str(db),
+                "buckets": [b.to_json() for b in buckets]}  # fmt: skip
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    table = Table()
+    for col in ("device", "from", "s", "samples", "util mean/max", "memory", "power mean/max",
+                "temp max", "events"):  # fmt: skip
+        table.add_column(col, overflow="fold")
+
+    def stat(b: Any, name: str, pick: str, unit: str, scale: float = 1.0) -> str:
+        st = b.stats.get(name)
+        return "-" if st is None else f"{getattr(st, pick) / scale:.0f}{unit}"
+
+    for b in buckets:
+        events = [*(f"xid {x}" for x in b.xid_events), *b.throttle_reasons, *b.errors]
+        table.add_row(
+            b.device, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.start)),
+            f"{b.width_s:g}", str(b.samples),
+            f"{stat(b, 'utilization_pct', 'mean', '')}/{stat(b, 'utilization_pct', 'max', '%')}",
+            stat(b, "mem_used_bytes", "mean", " MB", 1e6),
+            f"{stat(b, 'power_w', 'mean', '')}/{stat(b, 'power_w', 'max', ' W')}",
+            stat(b, "temperature_c", "max", " C"), Text(", ".join(events)[:80]),
+        )  # fmt: skip
+    print_wide(Console(), table)
+    if not buckets:
+        note(f"no history in {db}" + (f" for {device}" if device else ""))
 
 
 # ----- requests to a running system ---------------------------------------------------------

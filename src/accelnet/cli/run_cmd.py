@@ -29,11 +29,12 @@ from accelnet.sched.topology import Topology
 
 def _table(jobs: list[Job], emulated: bool, reason: Callable[[str], str | None]) -> Table:
     table = Table()
-    for col in ("job", "state", "devices", "wait", "run time", "attempts", "note"):
+    for col in ("job", "state", "devices", "wait", "run time", "attempts", "energy", "note"):
         table.add_column(col, overflow="fold")
     now = time.time()
     for job in jobs:
         r = job.record
+        energy = job.energy
         devs = ", ".join(r.placement.devices) if r.placement else "-"
         if emulated and r.placement:
             devs += " (emulated)"
@@ -43,7 +44,8 @@ def _table(jobs: list[Job], emulated: bool, reason: Callable[[str], str | None])
         why = "" if state == "succeeded" else (r.error or reason(r.id) or "")
         table.add_row(Text(r.id), Text(state, JOB_STATE_STYLE.get(state, "")), Text(devs),
                       Text(f"{max(0.0, wait):.1f} s"), Text(f"{max(0.0, run):.1f} s"),
-                      Text(str(r.attempts)), Text(why[:120]))  # fmt: skip
+                      Text(str(r.attempts)), Text(energy.describe() if energy else "-"),
+                      Text(why[:120]))  # fmt: skip
     return table
 
 
@@ -76,6 +78,15 @@ def run(
     faults: Annotated[
         Path | None, typer.Option(help="faults to inject (YAML; docs/devices.md)")
     ] = None,
+    power_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--power-budget",
+            min=1.0,
+            help="keep the devices' draw under this many W: cap devices, delay starts "
+            "(docs/power.md)",
+        ),
+    ] = None,
 ) -> None:
     """Run job files to completion on this machine (or an emulated fabric) and report."""
     emulated = fabric is not None and fabric != "local"
@@ -88,7 +99,8 @@ def run(
         fail(exc, 1)
     console = Console(stderr=as_json)
     start = time.monotonic()
-    with LocalCluster(fab, workdir=out.resolve(), db=db, policy=rules, faults=injected) as cluster:
+    with LocalCluster(fab, workdir=out.resolve(), db=db, policy=rules, faults=injected,
+                      power_budget_w=power_budget) as cluster:  # fmt: skip
         try:
             handles = [_resume_or_submit(cluster, s, db is not None) for s in specs]
         except JobRejectedError as exc:
@@ -102,7 +114,14 @@ def run(
             live.update(_table(handles, emulated, cluster.reason))
         records = [h.record for h in handles]
         outputs = {h.id: str(h.output) for h in handles}
+        caps = cluster.store.events_since(0, ("power:cap", "power:error"))
     ok = all(r.state.value == "succeeded" for r in records)
+    if power_budget is not None and not as_json:
+        changed = sum(1 for e in caps if e.kind == "power:cap")
+        refused = sum(1 for e in caps if e.kind == "power:error")
+        kind = " (recorded, not enforced: emulated devices)" if emulated else ""
+        refusals = f", {refused} refused (power:error events)" if refused else ""
+        note(f"power budget {power_budget:,.0f} W: {changed} cap changes{kind}{refusals}")
     if as_json:
         data = {
             "schema": "accelnet.run/v1",
@@ -114,9 +133,13 @@ def run(
                  "error": r.error, "logs": str(out.resolve() / "logs"),
                  "output": outputs[r.id],
                  "inputs": dict(r.inputs),
-                 "log_prefix": f"{r.id}.{r.attempts}"}
+                 "log_prefix": f"{r.id}.{r.attempts}",
+                 "energy": r.energy}
                 for r in records
             ],
+            "power": {"budget_w": power_budget,
+                      "changes": [{"at": e.at, "kind": e.kind, "detail": e.detail}
+                                  for e in caps]},
         }  # fmt: skip
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     if not ok:

@@ -11,7 +11,8 @@ before the decision). A step:
 - every ``check_period_s``: silent workers (missed heartbeats), active ``fail`` faults,
   devices a release-refresh left UNHEALTHY, jobs that did not stop in time (their worker is
   killed), probes past their time;
-- every ``sample_period_s``: telemetry through the samplers, judged by the passive checks;
+- every ``sample_period_s``: telemetry through the samplers, judged by the passive checks
+  and handed to the ``listeners`` (energy per job, the telemetry history kept in the store);
 - hands each finding to the :class:`~accelnet.devices.health.HealthBoard` (changes become
   ``health:*`` events) and each FAIL/WARN to the pure
   :class:`~accelnet.devices.remediation.Remediator`, whose actions it carries out through
@@ -31,7 +32,7 @@ import queue
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 
@@ -68,10 +69,18 @@ from accelnet.runtime.backend import (
 from accelnet.runtime.care_requests import Answer, OperatorRequests, ProbeRun, Request
 from accelnet.runtime.device_view import DeviceStatus
 
-__all__ = ["Answer", "DeviceCare"]
+__all__ = ["Answer", "DeviceCare", "SampleListener"]
 
 if TYPE_CHECKING:
     from accelnet.runtime.controller import Controller
+
+
+class SampleListener(Protocol):
+    """What else wants every round of telemetry samples (in the controller's thread)."""
+
+    def observe(self, samples: list[DeviceSample], now: float) -> None:
+        """One round of samples, taken at ``now``; must not block."""
+
 
 _SETTLED = (Phase.HEALTHY, Phase.HELD, Phase.BACKOFF, Phase.OFFLINE)
 _S = DeviceState
@@ -133,6 +142,7 @@ class DeviceCare(OperatorRequests):
         self._request_period = request_period_s
         self._next_request = now
         self._seen = 0
+        self.listeners: list[SampleListener] = []
         controller.care = self
         self._adopt(now)
         if store_requests:
@@ -182,8 +192,11 @@ class DeviceCare(OperatorRequests):
             self._check_stopping(now)
             self._check_probes(now)
         if self.poller is not None and self.poller.due(now):
-            for s in self.poller.poll(now):
+            samples = self.poller.poll(now)
+            for s in samples:
                 self._check_sample(s)
+            for listener in self.listeners:
+                listener.observe(samples, now)
         for dev in sorted(self._draining):
             if not self._ctl.jobs_on(dev):
                 self._run(self.machine.idle(dev, now))

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 
@@ -53,6 +53,9 @@ from accelnet.sched.request import rejection
 from accelnet.sched.scheduler import Reasons
 from accelnet.sched.session import Session
 from accelnet.statemachine import Tracked
+
+if TYPE_CHECKING:
+    from accelnet.runtime.power_care import PowerHook
 
 _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
 
@@ -127,6 +130,7 @@ class Controller:
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
         self._gate = InputGate()  # jobs held until their input jobs succeed
         self.care: Care | None = None  # device health and remediation, if attached
+        self.power: PowerHook | None = None  # energy per job, a power budget (power_care)
         self._recover()
 
     # ----- start-up -----------------------------------------------------------------
@@ -249,6 +253,8 @@ class Controller:
     def reason(self, job_id: str) -> str | None:
         """Why a queued job is waiting (None if it is not queued)."""
         held = self._gate.reason(job_id, self._state_of)
+        if held is None and self.power is not None:
+            held = self.power.reason(job_id)  # delayed by the power budget
         if held is not None:
             return held
         found = self._reasons.get(job_id)
@@ -336,8 +342,12 @@ class Controller:
         for jid, devices in nominations.items():
             if by_id[jid].nominated != devices:
                 self._keep(self.store.update(jid, nominated=devices))
+        if self.power is not None:  # the power budget may delay starts, caps devices
+            starts = tuple(self.power.admit(starts, now))
         for s in starts:
             self._launch(by_id[s.job], s.placement, now)
+        if self.power is not None:
+            self.power.launched(now)
 
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
         for dev in placement.devices:
@@ -350,6 +360,8 @@ class Controller:
             placement=placement, attempts=attempt, nominated=(),
         )  # fmt: skip
         run = self._runs[rec.id] = _Run(attempt, len(placement.devices), launched=now)
+        if self.power is not None:
+            self.power.started(rec, placement, attempt, now)
         if rec.inputs and isinstance(self.backend, SupportsHandoff):
             where = self.backend.output_location
             self.store.log(rec.id, now, "job:inputs", "; ".join(
@@ -458,7 +470,7 @@ class Controller:
     def _accounting(self, rec: JobRecord, run: _Run, now: float, ok: bool) -> dict[str, Any]:
         """The job's attained service and kept work after this attempt: device-seconds on
         its model, and the steps done (all of them if it succeeded; what the backend says
-        it kept, if the backend can say; else as before)."""
+        it kept, if the backend can say; else as before); its energy, if accounted."""
         attained = dict(rec.attained)
         p = rec.placement
         if p is not None:
@@ -470,7 +482,10 @@ class Controller:
         elif isinstance(self.backend, SupportsProgress):
             kept = self.backend.progress(rec.id)
             done = done if kept is None else kept
-        return {"attained": tuple(sorted(attained.items())), "done": done}
+        out: dict[str, Any] = {"attained": tuple(sorted(attained.items())), "done": done}
+        if self.power is not None:  # the attempt's energy, added to the earlier ones'
+            out["energy"] = self.power.ended(rec, run.attempt, now)
+        return out
 
     # ----- devices ------------------------------------------------------------------
     def _track(self, dev: str, rec: Tracked[DeviceState]) -> None:

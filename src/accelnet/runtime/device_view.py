@@ -4,12 +4,14 @@
 worst current finding, with the findings), jobs on it, the latest telemetry. A running
 cluster fills it from its live parts (:meth:`accelnet.runtime.care.DeviceCare.statuses`);
 :func:`from_store` fills it from a store file another process wrote (states, the latest
-health and remediation events, running jobs). :func:`recovery_times` reads the event log
-for the time from each fault to its jobs running again (the benchmark's figure).
+health and remediation events, running jobs, the jobs' energy, the power caps).
+:func:`recovery_times` reads the event log for the time from each fault to its jobs
+running again (the benchmark's figure).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +29,10 @@ _LIVE = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
 
 @dataclass(frozen=True, slots=True)
 class DeviceStatus:
-    """One device as ``accelnet device list`` shows it (``-``: not known here)."""
+    """One device as ``accelnet device list`` shows it (``-``: not known here).
+    ``energy_j``: the energy of the jobs run on it (J; a live cluster: since its controller
+    started; a store: every job recorded there); ``power_cap_w``: its power limit where a
+    power budget capped it below its maximum."""
 
     device: str
     kind: str
@@ -39,6 +44,8 @@ class DeviceStatus:
     jobs: tuple[str, ...] = ()
     sample: DeviceSample | None = None
     failures: int = 0
+    energy_j: float | None = None
+    power_cap_w: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The row as JSON-ready data (readings null when unknown)."""
@@ -53,6 +60,7 @@ class DeviceStatus:
             "power_w": s.power_w if s else None,
             "temperature_c": s.temperature_c if s else None,
             "sampled_at": s.time if s else None,
+            "energy_j": self.energy_j, "power_cap_w": self.power_cap_w,
             "findings": [f.to_json() for f in self.findings],
         }  # fmt: skip
 
@@ -82,7 +90,8 @@ def from_store(
 ) -> list[DeviceStatus]:
     """Every device of ``fabric`` as the store has it: state, the current findings (from
     the health events), the remediation phase (from the last ``remedy:*`` event), the jobs
-    running on it; readings from ``samples`` (e.g. sampled now)."""
+    running on it, their energy (the jobs' records), its power cap (the last ``power:cap``
+    event); readings from ``samples`` (e.g. sampled now)."""
     states = store.devices()
     jobs: dict[str, list[str]] = {}
     for rec in store.jobs(_LIVE):
@@ -90,8 +99,18 @@ def from_store(
             jobs.setdefault(dev, []).append(rec.id)
     current: dict[str, dict[str, Finding]] = {}
     phases: dict[str, str] = {}
-    kinds = (*HEALTH_KINDS, *(f"remedy:{k}" for k in _REMEDY_ACTIONS))
+    energy: dict[str, float] = {}
+    for rec in store.jobs():
+        for dev, joules in ((rec.energy or {}).get("by_device") or {}).items():
+            energy[dev] = energy.get(dev, 0.0) + float(joules)
+    caps: dict[str, float] = {}
+    kinds = (*HEALTH_KINDS, *(f"remedy:{k}" for k in _REMEDY_ACTIONS), "power:cap")
     for ev in store.events_since(0, kinds):
+        if ev.kind == "power:cap":
+            dev, _, rest = ev.detail.partition(": ")
+            with contextlib.suppress(ValueError):
+                caps[dev] = float(rest.split(" W", 1)[0].replace(",", ""))
+            continue
         if ev.kind.startswith("remedy:"):
             dev, _, rest = ev.detail.partition(" ")
             phases[dev] = rest.split(":", 1)[0]
@@ -112,7 +131,8 @@ def from_store(
             dev, d.kind.value, d.model.name, state.value if state else "-",
             phases.get(dev, "healthy" if state else "-"),
             worst(f.status for f in findings), findings, tuple(jobs.get(dev, ())),
-            (samples or {}).get(dev),
+            (samples or {}).get(dev), 0, energy.get(dev),
+            caps[dev] if caps.get(dev, d.model.max_w) < d.model.max_w else None,
         ))  # fmt: skip
     return out
 

@@ -8,6 +8,9 @@ outputs (``inputs={"tiles": job}``): it waits for them and finds their output fo
 ``ACCELNET_INPUT_<ALIAS>`` (:mod:`accelnet.runtime.handoff`). Devices are watched and
 repaired (:mod:`accelnet.runtime.care`, docs/devices.md): ``local(policy=..., faults=...)``,
 ``cluster.devices()``, ``drain``, ``undrain``, ``reset_device``, ``probe``, ``inject``.
+Every job's energy is accounted (``job.energy``); ``local(power_budget_w=...)`` keeps the
+devices under a power budget by capping them and delaying starts (docs/power.md); the
+telemetry history goes to the store (``cluster.store.history(...)``).
 """
 
 from __future__ import annotations
@@ -22,14 +25,18 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from accelnet.devices.energy import JobEnergy
 from accelnet.devices.faults import Fault
+from accelnet.devices.power import PowerControl
 from accelnet.devices.remediation import RemediationPolicy, load_policy
 from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.fabric import Fabric, load_fabric
 from accelnet.runtime.care import DeviceCare
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.controller import Controller
+from accelnet.runtime.history_keeper import HISTORY_WIDTH_S, HistoryKeeper
 from accelnet.runtime.local_backend import LocalBackend, Recycle
+from accelnet.runtime.power_care import PowerCare, default_controls
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import Event, JobRecord, MemoryStore, Store
@@ -99,6 +106,14 @@ class Job:
                 continue
         return ""
 
+    @property
+    def energy(self) -> JobEnergy | None:
+        """The job's energy so far (J: measured, modelled or mixed, by device): its ended
+        attempts' and, while it runs, the current one's; None before it ran."""
+        c = self.cluster
+        with c._lock:
+            return c.power.job_energy(c.store.get(self.id), c.controller.clock.now())
+
     def events(self) -> list[Event]:
         """The job's event log: its transitions with their causes (a move off a failing
         device: ``job:moved``, then ``job:admitted`` 'requeued ...'), its tasks' news."""
@@ -113,7 +128,10 @@ class LocalCluster(DeviceOps):
 
     ``health`` (default on) watches the devices and repairs them as ``policy`` says (a
     :class:`RemediationPolicy` or a YAML file; docs/devices.md); ``faults`` are injected
-    on their schedule, timed from the start."""
+    on their schedule, timed from the start. ``power_budget_w`` (W, the devices' draw)
+    caps devices and delays starts to stay under it, through ``power_control`` for its
+    devices (default: NVML for NVIDIA GPUs where permitted, else recorded caps);
+    ``history_s``: the width of the telemetry buckets kept in the store."""
 
     def __init__(
         self,
@@ -127,6 +145,9 @@ class LocalCluster(DeviceOps):
         faults: Iterable[Fault] = (),
         health: bool = True,
         sample_period_s: float = 2.0,
+        power_budget_w: float | None = None,
+        power_control: PowerControl | None = None,
+        history_s: float = HISTORY_WIDTH_S,
     ) -> None:
         if isinstance(policy, str | Path):
             policy = load_policy(policy)
@@ -158,6 +179,19 @@ class LocalCluster(DeviceOps):
                 faults=faults,
                 store_requests=db is not None,
             )
+        controls, owned = (
+            default_controls(self.fabric, emulated, power_control)
+            if power_budget_w is not None
+            else ({}, [])
+        )
+        self.power = PowerCare(
+            self.fabric, self.store, budget_w=power_budget_w, controls=controls, owned=owned,
+            wake=self.controller.wake,
+        )  # fmt: skip
+        self.controller.power = self.power
+        self.history = HistoryKeeper(self.store, history_s)
+        if self.care is not None:
+            self.care.listeners += [self.power, self.history]
         self._lock = threading.Lock()
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -184,6 +218,8 @@ class LocalCluster(DeviceOps):
             self._thread.join(timeout=30)
         if self.care is not None:
             self.care.close()
+        self.power.close(self.controller.clock.now())  # caps back to their defaults
+        self.history.close()  # the open buckets, as they stand
         self.backend.close()
         self.store.close()
         if self._tmp is not None:
@@ -320,7 +356,12 @@ def local(
     policy: RemediationPolicy | str | Path | None = None,
     faults: Iterable[Fault] = (),
     health: bool = True,
+    power_budget_w: float | None = None,
+    power_control: PowerControl | None = None,
 ) -> LocalCluster:
     """An embedded cluster on this machine (or an emulated ``fabric``); a context manager.
-    Devices are watched and repaired as ``policy`` says; ``faults`` are injected."""
-    return LocalCluster(fabric, workdir, db, scheduler, policy=policy, faults=faults, health=health)
+    Devices are watched and repaired as ``policy`` says; ``faults`` are injected; with
+    ``power_budget_w`` the devices are capped and starts delayed to stay within it."""
+    return LocalCluster(fabric, workdir, db, scheduler, policy=policy, faults=faults,
+                        health=health, power_budget_w=power_budget_w,
+                        power_control=power_control)  # fmt: skip

@@ -12,6 +12,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ from accelnet.fabric import Fabric
 from accelnet.fabric.model import DeviceKind
 from accelnet.runtime.backend import TaskEventKind, TaskSpec
 from accelnet.runtime.care import Answer, DeviceCare
+from accelnet.runtime.controller import Controller
 from accelnet.runtime.device_view import DeviceStatus, Recovery, recovery_times
 from accelnet.runtime.local_backend import LocalBackend
+from accelnet.runtime.power_care import PowerCare
 from accelnet.runtime.store import Event, Store
 
 
@@ -56,6 +59,8 @@ class DeviceOps:
     """Mixed into :class:`~accelnet.runtime.sdk.LocalCluster`."""
 
     care: DeviceCare | None
+    power: PowerCare
+    controller: Controller
     store: Store
     backend: LocalBackend
     _lock: threading.Lock
@@ -72,10 +77,15 @@ class DeviceOps:
 
     def devices(self) -> list[DeviceStatus]:
         """Every device: lifecycle state, remediation phase, health and its findings, the
-        jobs on it, its latest telemetry sample."""
+        jobs on it, its latest telemetry sample, the energy of its jobs since the cluster
+        started, its power cap (with a power budget)."""
         care = self._care()
         with self._lock:
-            return care.statuses()
+            rows = care.statuses()
+            energy = self.power.device_energy(self.controller.clock.now())
+            caps = self.power.caps()
+        return [replace(r, energy_j=energy.get(r.device, 0.0), power_cap_w=caps.get(r.device))
+                for r in rows]  # fmt: skip
 
     def drain(self, device: str, reason: str | None = None, timeout: float = 30.0) -> Answer:
         """Take ``device`` out of service: no new work; its jobs finish."""

@@ -4,13 +4,15 @@ A submission is acknowledged only after its transaction commits, and with FULL
 synchronisation a committed transaction survives a crash of the process or the machine.
 The schema is versioned (``meta.version``): a file of an older version is migrated when it is
 opened (version 1 -> 2 adds each job's attained service and kept work, 2 -> 3 its input
-jobs and its name as a column of its own, indexed); a file of a newer version raises with
-a message naming both versions.
+jobs and its name as a column of its own, indexed, 3 -> 4 its energy and the devices'
+telemetry history); a file of a newer version raises with a message naming both versions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import pickle
 import sqlite3
 import threading
@@ -19,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from accelnet.devices import DeviceState
+from accelnet.devices.history import HistoryBucket, coarsen
 from accelnet.fabric import DomainLevel
 from accelnet.runtime.store import Event, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -44,7 +47,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     attained TEXT NOT NULL DEFAULT '',
     done REAL NOT NULL DEFAULT 0,
     inputs TEXT NOT NULL DEFAULT '',
-    name TEXT
+    name TEXT,
+    energy TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
@@ -56,6 +60,13 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_job ON events(job);
 CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS device_history (
+    device TEXT NOT NULL,
+    start REAL NOT NULL,
+    width REAL NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (device, start, width)
+);
 """
 _INDEXES = (  # after migrations
     "CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, seq);"
@@ -63,7 +74,7 @@ _INDEXES = (  # after migrations
 )
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
-    "result, error, payload, failures, attained, done, inputs"
+    "result, error, payload, failures, attained, done, inputs, energy"
 )
 _MIGRATIONS = {  # from version N to N + 1
     1: (
@@ -75,6 +86,7 @@ _MIGRATIONS = {  # from version N to N + 1
         "ALTER TABLE jobs ADD COLUMN name TEXT",
         "UPDATE jobs SET name = json_extract(spec, '$.name')",
     ),
+    3: ("ALTER TABLE jobs ADD COLUMN energy TEXT",),  # device_history: made by _SCHEMA
 }
 
 
@@ -193,7 +205,7 @@ class SqliteStore(Store):
             self._db.execute(
                 "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
                 "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, "
-                "failures=?, attained=?, done=?, inputs=? WHERE id=?",
+                "failures=?, attained=?, done=?, inputs=?, energy=? WHERE id=?",
                 (*row[1:], row[0]),
             )
             if event is not None:
@@ -218,6 +230,7 @@ class SqliteStore(Store):
             _attained_text(r.attained),
             r.done,
             _pairs_text(r.inputs),
+            None if r.energy is None else json.dumps(r.energy),
         )
 
     @staticmethod
@@ -239,6 +252,7 @@ class SqliteStore(Store):
             attained=_attained_of(row[13]),
             done=row[14],
             inputs=_pairs_of(row[15]),
+            energy=None if row[16] is None else json.loads(row[16]),
         )
 
     # ----- events -------------------------------------------------------------------
@@ -292,6 +306,49 @@ class SqliteStore(Store):
         with self._lock:
             rows = self._db.execute("SELECT id, state FROM devices").fetchall()
         return {d: DeviceState(s) for d, s in rows}
+
+    # ----- telemetry history --------------------------------------------------------
+    def add_history(self, buckets: Iterable[HistoryBucket]) -> None:
+        """See :class:`Store`."""
+        with self._tx():
+            touched: set[str] = set()
+            for new in buckets:
+                key = (new.device, new.start, new.width_s)
+                row = self._db.execute("SELECT data FROM device_history WHERE device=? AND "
+                                       "start=? AND width=?", key).fetchone()  # fmt: skip
+                kept = new
+                if row is not None:  # merged into the bucket kept (partial, from a close)
+                    old = HistoryBucket.from_json(json.loads(row[0]))
+                    kept = coarsen([old, new], new.width_s)[0]
+                self._db.execute(
+                    "INSERT OR REPLACE INTO device_history(device, start, width, data) "
+                    "VALUES(?,?,?,?)", (*key, json.dumps(kept.to_json())),
+                )  # fmt: skip
+                touched.add(new.device)
+            for dev in sorted(touched):
+                self._prune_history(dev)
+
+    def _prune_history(self, dev: str) -> None:
+        newest = self._db.execute("SELECT MAX(start) FROM device_history WHERE device=?",
+                                  (dev,)).fetchone()[0]  # fmt: skip
+        self._db.execute("DELETE FROM device_history WHERE device=? AND start + width < ?",
+                         (dev, newest - self.history_keep_s))  # fmt: skip
+        self._db.execute(
+            "DELETE FROM device_history WHERE device=? AND start < (SELECT start FROM "
+            "device_history WHERE device=? ORDER BY start DESC LIMIT 1 OFFSET ?)",
+            (dev, dev, self.history_rows - 1),
+        )
+
+    def history(self, device: str | None = None, since: float | None = None) -> list[HistoryBucket]:
+        """See :class:`Store`."""
+        query = "SELECT data FROM device_history WHERE start + width > ?"
+        args: list[Any] = [-math.inf if since is None else since]
+        if device is not None:
+            query += " AND device=?"
+            args.append(device)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY device, start, width", args).fetchall()
+        return [HistoryBucket.from_json(json.loads(r[0])) for r in rows]
 
     def close(self) -> None:
         """Close the file (idempotent)."""

@@ -9,13 +9,15 @@ and records an event, so the event log and the states never disagree.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from accelnet.devices import DeviceState
+from accelnet.devices.history import HistoryBucket, coarsen
 from accelnet.sched import JOB_TRANSITIONS, JobSpec, JobState, JobView, Placement
 
 
@@ -26,7 +28,9 @@ class JobRecord:
     ``attempts`` counts launches, ``failures`` the failed ones (against ``max_retries``);
     ``attained`` and ``done`` the service and the work of its finished attempts;
     ``inputs`` the jobs whose outputs it consumes, ``(alias, job id)``, resolved from the
-    spec's names when it was submitted."""
+    spec's names when it was submitted; ``energy`` what its attempts used so far
+    (:meth:`accelnet.devices.energy.JobEnergy.to_json`: joules, measured or modelled, by
+    device; None before its first attempt ends or without energy accounting)."""
 
     id: str
     spec: JobSpec
@@ -44,6 +48,7 @@ class JobRecord:
     attained: tuple[tuple[str, float], ...] = ()  # (model, device-seconds), finished attempts
     done: float = 0.0  # steps kept by finished attempts (checkpointed)
     inputs: tuple[tuple[str, str], ...] = ()  # (alias, upstream job id)
+    energy: dict[str, Any] | None = None  # JobEnergy.to_json() of its finished attempts
 
     def view(self) -> JobView:
         """What the scheduler sees of the job."""
@@ -70,6 +75,12 @@ class Event:
     job: str | None
     kind: str
     detail: str
+
+
+HISTORY_KEEP_S: Final = 7 * 86400.0
+"""Telemetry history older than this (behind a device's newest bucket) is dropped."""
+HISTORY_ROWS: Final = 10_080
+"""At most this many history buckets per device (7 days of one-minute buckets)."""
 
 
 class StoreError(RuntimeError):
@@ -119,6 +130,17 @@ class Store(ABC):
         """The last recorded state of every device."""
 
     @abstractmethod
+    def add_history(self, buckets: Iterable[HistoryBucket]) -> None:
+        """Keep downsampled telemetry (:class:`~accelnet.devices.history.HistoryBucket`).
+        A bucket of a device, start and width already kept is merged into it (a partial
+        bucket written at a controller's close, then its rest). Bounded per device: the
+        newest ``history_rows`` buckets within ``history_keep_s`` of its newest."""
+
+    @abstractmethod
+    def history(self, device: str | None = None, since: float | None = None) -> list[HistoryBucket]:
+        """The kept buckets (of ``device``; that end after ``since``), by device, then start."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the store's resources."""
 
@@ -151,6 +173,8 @@ class Store(ABC):
         """Append one event."""
 
     _lock: threading.RLock
+    history_keep_s: float = HISTORY_KEEP_S  # telemetry history bounds, per device
+    history_rows: int = HISTORY_ROWS
 
 
 class MemoryStore(Store):
@@ -163,6 +187,7 @@ class MemoryStore(Store):
         self._by_job: dict[str, list[Event]] = {}  # each job's events (events(job) is O(its own))
         self._devices: dict[str, DeviceState] = {}
         self._named: dict[str, str] = {}  # name -> the id of the last job of that name
+        self._history: dict[str, list[HistoryBucket]] = {}  # device -> buckets by start
 
     def add(self, record: JobRecord, cause: str = "submitted") -> None:
         """See :class:`Store`."""
@@ -228,8 +253,35 @@ class MemoryStore(Store):
         with self._lock:
             return dict(self._devices)
 
+    def add_history(self, buckets: Iterable[HistoryBucket]) -> None:
+        """See :class:`Store`."""
+        with self._lock:
+            for b in buckets:
+                kept = self._history.setdefault(b.device, [])
+                k = bisect.bisect_left(kept, (b.start, b.width_s), key=_bucket_key)
+                if k < len(kept) and _bucket_key(kept[k]) == (b.start, b.width_s):
+                    kept[k] = coarsen([kept[k], b], b.width_s)[0]
+                else:
+                    kept.insert(k, b)
+                oldest = kept[-1].start - self.history_keep_s
+                drop = max(0, len(kept) - self.history_rows)
+                while drop < len(kept) and kept[drop].end < oldest:
+                    drop += 1
+                del kept[:drop]
+
+    def history(self, device: str | None = None, since: float | None = None) -> list[HistoryBucket]:
+        """See :class:`Store`."""
+        with self._lock:
+            devices = sorted(self._history) if device is None else [device]
+            return [b for d in devices for b in self._history.get(d, ())
+                    if since is None or b.end > since]  # fmt: skip
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _bucket_key(b: HistoryBucket) -> tuple[float, float]:
+    return (b.start, b.width_s)
 
 
 def count_by_state(store: Store) -> Mapping[JobState, int]:
