@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from accelnet.cli import client_cmd
 from accelnet.cli.bench_cmd import bench_app
 from accelnet.cli.comm_cmd import comm_app
 from accelnet.cli.demo import demo
@@ -34,6 +35,12 @@ app.command("plan")(plan)
 app.command("run")(run)
 app.command("simulate")(simulate)
 app.command("serve")(serve)
+app.command("submit")(client_cmd.submit)  # the client commands: over accelnet.Client
+app.command("status")(client_cmd.status)
+app.command("logs")(client_cmd.logs)
+app.command("cancel")(client_cmd.cancel)
+app.command("devices")(client_cmd.devices)
+app.command("top")(client_cmd.top)
 
 
 def main() -> None:
