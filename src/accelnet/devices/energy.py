@@ -365,9 +365,7 @@ class EnergyMeter:
         figures) at ``util`` under ``caps`` where given (see :func:`model_job_energy`).
         KeyError for a job the meter does not know."""
         h = self._holds[job]
-        t = self._totals([d for d, _ in h.devices])
-        got = t.job.get(job, {})
-        covered = t.job_s.get(job, {})
+        got, covered = self._job_totals(job, [d for d, _ in h.devices])
         caps = caps or {}
         by: dict[str, float] = {}
         held = gap = modelled = 0.0
@@ -392,6 +390,25 @@ class EnergyMeter:
         if dev is None:
             dev = self._devs[name] = _Dev()
         return dev
+
+    def _job_totals(
+        self, job: str, devices: Iterable[str]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """``job``'s energy (J) and measured seconds per device, settled plus pending: the
+        pending intervals of ``devices`` only, never a copy of every job's figures (a job's
+        end costs O(its devices' pending intervals), not O(jobs ever metered))."""
+        pending = _Totals()
+        for name in devices:
+            dev = self._devs[name]
+            for seg in dev.pending:
+                self._attribute(name, dev, seg, pending)
+        got = dict(self._done.job.get(job, {}))
+        for d, e in pending.job.get(job, {}).items():
+            got[d] = got.get(d, 0.0) + e
+        covered = dict(self._done.job_s.get(job, {}))
+        for d, x in pending.job_s.get(job, {}).items():
+            covered[d] = covered.get(d, 0.0) + x
+        return got, covered
 
     def _totals(self, devices: Iterable[str] | None = None) -> _Totals:
         """Settled figures plus the pending intervals of ``devices`` (None: all)."""
