@@ -116,7 +116,7 @@ def test_serve_options_that_cannot_work() -> None:
     check(ServeOptions(host="0.0.0.0", insecure_bind=True))
     for bad, message in (
         (ServeOptions(host="10.0.0.1"), "without TLS"),
-        (ServeOptions(backend="ray"), "not available"),
+        (ServeOptions(backend="spark"), "not available"),
         (ServeOptions(tls_cert=Path("c.pem")), "both"),
         (ServeOptions(port=70000), "--port"),
         (ServeOptions(burst=0), "--burst"),

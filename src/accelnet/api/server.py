@@ -33,14 +33,17 @@ from fastapi import FastAPI
 
 from accelnet.api.app import create_app
 from accelnet.api.context import ApiContext, ApiSettings, build_context
+from accelnet.api.dashboard import mount_dashboard
 from accelnet.api.db import ApiDb
+from accelnet.api.metrics import mount_metrics
 from accelnet.api.port import LocalClusterPort
 from accelnet.api.tokens import Role
 from accelnet.runtime.clock import SystemClock
+from accelnet.runtime.ray_connect import RayOptions
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched.policies import make_scheduler
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "ray")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -53,6 +56,7 @@ class ServeOptions:
     """What ``accelnet serve`` was asked for."""
 
     backend: str = "local"
+    ray_address: str | None = None  # with backend "ray": auto, ray://host:port, host:port
     db: Path | None = None
     fabric: str | None = None
     workdir: Path | None = None
@@ -131,7 +135,10 @@ def url_of(sock: socket.socket, tls: bool) -> str:
 def build_app(ctx: ApiContext) -> FastAPI:
     """The whole server's application: the API, and what mounts next to it (``/metrics``
     and the dashboard install themselves here, each given ``app`` and ``ctx``)."""
-    return create_app(ctx)
+    app = create_app(ctx)
+    mount_metrics(app, ctx)
+    mount_dashboard(app, ctx)
+    return app
 
 
 @contextlib.contextmanager
@@ -174,7 +181,9 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     if workdir is None and opts.db is not None:
         workdir = opts.db.resolve().parent / f"{opts.db.stem}-work"
     db = ApiDb(opts.db)
-    cluster = LocalCluster(opts.fabric, workdir, opts.db, scheduler, policy=opts.device_policy)
+    ray = RayOptions(opts.ray_address or "auto") if opts.backend == "ray" else None
+    cluster = LocalCluster(opts.fabric, workdir, opts.db, scheduler, policy=opts.device_policy,
+                           ray=ray)  # fmt: skip
     port = LocalClusterPort(cluster)
     try:
         cluster.start()

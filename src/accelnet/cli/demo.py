@@ -24,10 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
+from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.runtime.demo import DemoRun, DemoSizes
 from accelnet.runtime.energy_book import energy_from_json
 from accelnet.runtime.pipeline import find_report
+from accelnet.runtime.ray_connect import RayOptions
+from accelnet.runtime.ray_local import LOCAL_CLUSTER
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.store import JobRecord
 
@@ -130,10 +133,25 @@ def demo(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON summary for scripts")] = False,
     quick: Annotated[bool, typer.Option(help="small sizes (seconds)")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 600.0,
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "local",
+    ray_address: Annotated[str | None, typer.Option(help=ADDRESS_HELP + " (the default)")] = None,
 ) -> None:
-    """Run inference, rendering, big-data and video jobs on this machine's devices."""
-    emulated = fabric is not None and fabric != "local"
-    fab = load_or_exit(fabric, "per-core")
+    """Run inference, rendering, big-data and video jobs on this machine's devices (or a
+    Ray cluster's)."""
+    with ray_backend(backend, ray_address, LOCAL_CLUSTER) as ray:
+        _demo(fabric, out, as_json, quick, timeout, ray)
+
+
+def _demo(
+    fabric: str | None,
+    out: Path,
+    as_json: bool,
+    quick: bool,
+    timeout: float,
+    ray: RayOptions | None,
+) -> None:
+    emulated = ray is not None or (fabric is not None and fabric != "local")
+    fab = load_or_exit(fabric, "per-core") if ray is None or fabric is not None else None
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     small = DemoSizes(requests=500, width=160, height=120, rows=200_000, frames=30)
@@ -141,14 +159,17 @@ def demo(
     sizes = small if quick else DemoSizes()
     console = Console(stderr=as_json)
     kind = "emulated on this machine's CPU" if emulated else "this machine"
-    console.print(
-        Text.assemble(
-            ("accelnet demo", "bold"),
-            f" on {fab.name} ({kind}): {len(fab.devices)} devices, outputs in {out}",
-        )
-    )
     start = time.monotonic()
-    with LocalCluster(fab, workdir=out / ".accelnet") as cluster:
+    with LocalCluster(fab, workdir=out / ".accelnet", ray=ray) as cluster:
+        fab = cluster.fabric
+        if ray is not None:
+            kind = f"a Ray cluster of {len(fab.hosts)} nodes at {ray.address}"
+        console.print(
+            Text.assemble(
+                ("accelnet demo", "bold"),
+                f" on {fab.name} ({kind}): {len(fab.devices)} devices, outputs in {out}",
+            )
+        )
         run = DemoRun.start(cluster, out, sizes)
         title = f"jobs on {fab.name}" + (" (emulated)" if emulated else "")
         with Live(_table(run, emulated, title), console=console, refresh_per_second=4) as live:

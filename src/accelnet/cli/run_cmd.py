@@ -17,10 +17,12 @@ from rich.text import Text
 
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.job_cmd import load_or_exit_jobs
+from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.devices.faults import FaultPlanError, load_faults
 from accelnet.devices.remediation import PolicyError, load_policy
 from accelnet.runtime.controller import JobRejectedError
+from accelnet.runtime.ray_connect import RayOptions
 from accelnet.runtime.sdk import Job, LocalCluster
 from accelnet.runtime.store import StoreError
 from accelnet.sched.spec import JobSpec
@@ -87,11 +89,30 @@ def run(
             "(docs/power.md)",
         ),
     ] = None,
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "local",
+    ray_address: Annotated[str | None, typer.Option(help=ADDRESS_HELP + "; default auto")] = None,
 ) -> None:
-    """Run job files to completion on this machine (or an emulated fabric) and report."""
-    emulated = fabric is not None and fabric != "local"
-    fab = load_or_exit(fabric, "per-core")
-    specs = load_or_exit_jobs(job_files, Topology(fab))
+    """Run job files to completion on this machine (or an emulated fabric, or a Ray
+    cluster) and report."""
+    with ray_backend(backend, ray_address, "auto") as ray:
+        _run(job_files, fabric, out, db, as_json, timeout, policy, faults, power_budget, ray)
+
+
+def _run(
+    job_files: list[str],
+    fabric: str | None,
+    out: Path,
+    db: Path | None,
+    as_json: bool,
+    timeout: float,
+    policy: Path | None,
+    faults: Path | None,
+    power_budget: float | None,
+    ray: RayOptions | None,
+) -> None:
+    emulated = ray is not None or (fabric is not None and fabric != "local")
+    fab = load_or_exit(fabric, "per-core") if ray is None or fabric is not None else None
+    specs = load_or_exit_jobs(job_files, Topology(fab)) if fab is not None else []
     try:
         rules = load_policy(policy) if policy is not None else None
         injected = load_faults(faults) if faults is not None else ()
@@ -100,7 +121,10 @@ def run(
     console = Console(stderr=as_json)
     start = time.monotonic()
     with LocalCluster(fab, workdir=out.resolve(), db=db, policy=rules, faults=injected,
-                      power_budget_w=power_budget) as cluster:  # fmt: skip
+                      power_budget_w=power_budget, ray=ray) as cluster:  # fmt: skip
+        if fab is None:  # a Ray cluster's fabric: known once connected
+            specs = load_or_exit_jobs(job_files, Topology(cluster.fabric))
+        fab = cluster.fabric
         try:
             handles = [_resume_or_submit(cluster, s, db is not None) for s in specs]
         except JobRejectedError as exc:

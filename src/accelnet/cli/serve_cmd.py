@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from accelnet.cli.fabric_cmd import fail
+from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.specio import SpecError
+
+if TYPE_CHECKING:
+    from accelnet.api.server import ServeOptions
 
 
 def serve(
-    backend: Annotated[str, typer.Option(help="execution backend (local)")] = "local",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "local",
+    ray_address: Annotated[str | None, typer.Option(help=ADDRESS_HELP + "; default auto")] = None,
     db: Annotated[
         Path | None,
         typer.Option(help="SQLite file: jobs, tokens, tenants, audit (default: in memory)"),
@@ -41,19 +46,29 @@ def serve(
     ] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info, debug")] = "info",
 ) -> None:
-    """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM."""
+    """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM.
+    ``--backend ray`` runs the tasks on a Ray cluster (docs/ray.md)."""
     # fastapi and uvicorn only when serving: the other commands start faster without them
+    from accelnet.api.server import ServeOptions  # noqa: PLC0415
+
+    with ray_backend(backend, ray_address, "auto") as ray:  # a local cluster: while serving
+        opts = ServeOptions(
+            backend=backend, ray_address=None if ray is None else ray.address, db=db,
+            fabric=fabric, workdir=workdir, host=host, port=port, policy=policy,
+            placement=placement, round_s=round_s, rate=rate, burst=burst, max_body=max_body,
+            tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
+            device_policy=device_policy, log_level=log_level,
+        )  # fmt: skip
+        _serve(opts)
+
+
+def _serve(opts: ServeOptions) -> None:
+    """Run the server; exit with a message if it cannot start."""
     from accelnet.api.db import ApiDbError  # noqa: PLC0415
-    from accelnet.api.server import ServeError, ServeOptions  # noqa: PLC0415
+    from accelnet.api.server import ServeError  # noqa: PLC0415
     from accelnet.api.server import serve as run_server  # noqa: PLC0415
     from accelnet.fabric.load import FabricNotFoundError  # noqa: PLC0415
 
-    opts = ServeOptions(
-        backend=backend, db=db, fabric=fabric, workdir=workdir, host=host, port=port,
-        policy=policy, placement=placement, round_s=round_s, rate=rate, burst=burst,
-        max_body=max_body, tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
-        device_policy=device_policy, log_level=log_level,
-    )  # fmt: skip
     try:
         run_server(opts)
     except (ServeError, FabricNotFoundError, LookupError) as exc:

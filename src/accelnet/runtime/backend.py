@@ -166,3 +166,28 @@ class SupportsWorkers(ABC):
         not exit), reset the hardware if ``hardware`` and the backend can (an NVIDIA GPU:
         ``nvidia-smi --gpu-reset``, where permitted), clean its scratch space and start a
         fresh worker that must answer; (ok, detail). Blocks for seconds at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """A machine of the fabric came up (``up``) or went away: a Ray node that joined, died
+    or disconnected. ``devices`` are its devices' ids; ``at`` is by the backend's clock."""
+
+    host: str
+    devices: tuple[str, ...]
+    up: bool
+    at: float
+    cause: str
+
+
+class SupportsMembership(ABC):
+    """Capability: machines come and go while the fabric stays what it is. The fabric
+    names every machine the backend may run on; one that is not (or no longer) there has
+    its devices OFFLINE, and they come back (UNKNOWN, then READY) when it is up again. The
+    tasks of a machine that went away end LOST (events), as with a dead local worker."""
+
+    @abstractmethod
+    def take_node_changes(self) -> list[NodeChange]:
+        """Machines that came up or went away since the last call (each change once, in
+        order); the first call also reports the machines that were not there when the
+        backend connected."""

@@ -34,10 +34,13 @@ from accelnet.devices import (
 )
 from accelnet.devices import refreshed as refresh_done
 from accelnet.fabric import Fabric
+from accelnet.monitor.timing import DecisionTimer
 from accelnet.runtime.backend import (
     Backend,
+    NodeChange,
     SupportsHandoff,
     SupportsLiveLogs,
+    SupportsMembership,
     SupportsProgress,
     SupportsRefresh,
     TaskEvent,
@@ -125,6 +128,7 @@ class Controller:
         self._live: dict[str, JobRecord] = {}
         # the scheduler's state, kept by the events themselves (no rescan per decision)
         self.session = Session(self.scheduler, fabric, {}, self.tenants)
+        self.decision_timer = DecisionTimer()  # scheduler decision durations (/metrics)
         if isinstance(backend, SupportsProgress):
             self.session.progress = backend.progress
         self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
@@ -201,6 +205,9 @@ class Controller:
         """Apply task events, then decide again if anything changed (no waiting: callers
         that share the controller with other threads poll the backend outside their lock
         and call this under it)."""
+        if isinstance(self.backend, SupportsMembership):  # machines first: their tasks' LOST
+            for change in self.backend.take_node_changes():  # events find them OFFLINE
+                self._node_change(change)
         for ev in events:
             self._on_event(ev)
         if self.care is not None:
@@ -230,6 +237,18 @@ class Controller:
             if run.error is None:
                 run.error = f"device {dev} failed: {cause}"
             self._stop(jid, f"device {dev} failed")
+
+    def _node_change(self, change: NodeChange) -> None:
+        """A machine went away (its devices OFFLINE; its tasks end LOST, which requeues
+        their jobs within their retry budget) or is up (OFFLINE devices: UNKNOWN, READY)."""
+        for dev in change.devices:
+            state = self._devices[dev].state
+            if not change.up and state is not DeviceState.OFFLINE:
+                self._set_device(dev, DeviceState.OFFLINE, change.at, change.cause)
+            elif change.up and state is DeviceState.OFFLINE:
+                self._set_device(dev, DeviceState.UNKNOWN, change.at, change.cause)
+                self._set_device(dev, DeviceState.READY, change.at, change.cause)
+        self._dirty = True
 
     def repair_device(self, dev: str, cause: str) -> None:
         """Remediation of an UNHEALTHY (or drained) device: refresh and probe it; it is
@@ -325,7 +344,8 @@ class Controller:
 
     def _schedule(self) -> None:
         now = self.clock.now()
-        decision = self.session.decide(now)
+        with self.decision_timer.measure():
+            decision = self.session.decide(now)
         waiting = decision.waiting
         # the reasons of a full fabric's queue tail are not kept (reason() asks the session)
         # and the decision is let go before the session changes, so that it never copies

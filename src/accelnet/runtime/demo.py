@@ -123,10 +123,12 @@ class DemoRun:
         gang = f"any:{world}"
         s = sizes
         run = cls(cluster, out, sizes, world, {}, {})
-        # first: the widest job, while every device is free
+        # first: the widest job, while every device is free; its stages share memory, so
+        # they run on one machine (which matters on a fabric of several, e.g. on Ray)
+        most = max(len(h.device_ids) for h in cluster.fabric.hosts)
         run._go("video-pipeline", video_pipeline, str(out / "video"), s.frames, s.fps,
-                s.realtime, accelerators=f"any:{max(1, min(3, devices))}",
-                outputs="video/motion.gif")  # fmt: skip
+                s.realtime, accelerators=f"any:{max(1, min(3, most))}",
+                outputs="video/motion.gif", topology={"required": "host"})  # fmt: skip
         run._go("inference", inference, str(out / "inference"), s.requests,
                 outputs="inference/report.json")  # fmt: skip
         run._go("render-tiles", render_band, s.width, s.height, accelerators=gang)
@@ -140,9 +142,10 @@ class DemoRun:
         return run
 
     def _go(self, name: str, fn: Any, *args: Any, accelerators: str = "any:1",
-            outputs: str | None = None, inputs: dict[str, Job] | None = None) -> None:  # fmt: skip
+            outputs: str | None = None, inputs: dict[str, Job] | None = None,
+            **spec: Any) -> None:  # fmt: skip
         self.jobs[name] = self.cluster.submit(
-            fn, *args, accelerators=accelerators, name=name, inputs=inputs
+            fn, *args, accelerators=accelerators, name=name, inputs=inputs, **spec
         )
         if outputs:
             self.outputs[name] = outputs

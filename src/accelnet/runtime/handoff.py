@@ -153,10 +153,11 @@ class HandoffArea:
         name = re.sub(r"[^\w.-]", "_", job_id)
         return self.outputs / ("_" if name in ("", ".", "..") else name)
 
-    def task_env(self, task: TaskSpec) -> dict[str, str]:
+    def task_env(self, task: TaskSpec, local_world: int | None = None) -> dict[str, str]:
         """The hand-off variables of a task being launched; registers it with its
-        attempt (whose shared memory lives until :meth:`task_ended` of its last task).
-        Creates nothing on disk: the task makes the folders it uses."""
+        attempt (whose shared memory lives until :meth:`task_ended` of its last task here:
+        of ``local_world`` tasks, by default ``task.world``; fewer when the other ranks run
+        on other machines). Creates nothing on disk: the task makes the folders it uses."""
         key = (task.job_id, task.attempt)
         attempt = self._attempts.get(key)
         if attempt is None:
@@ -165,7 +166,7 @@ class HandoffArea:
                 self._owner = _claim(self.base / f"{self._stem}{_OWNER_SUFFIX}")
             self._made += 1
             attempt = self._attempts[key] = _Attempt(
-                self.base / f"{self._stem}-{self._made}", task.world
+                self.base / f"{self._stem}-{self._made}", local_world or task.world
             )
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)

@@ -178,7 +178,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "payload": None,
             "payload_path": None,
             # the worker has the parent's environment and the device's from its start
-            "env": task_env_delta(task, self._handoff.task_env(task)),
+            "env": task_env_delta(task, self._handoff.task_env(task, self._here(task))),
             "out": self._log_path(task, "out"),
             "err": self._log_path(task, "err"),
             "timeout_s": task.timeout_s,
@@ -620,6 +620,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             more = f" (and {len(known) - 8} more)" if len(known) > 8 else ""
             shown = ", ".join(known[:8]) + more
             raise KeyError(f"unknown device {device_id!r}; known: {shown or 'none'}") from None
+
+    def _here(self, task: TaskSpec) -> int:
+        """How many of the task's gang run on this backend's devices (a backend may hold
+        one machine's share of a gang that spans several)."""
+        return sum(1 for d in task.devices if d in self._devices)
 
     def _scratch(self, device: Device) -> Path:
         return self._workdir / "scratch" / device_path(device.id)

@@ -30,6 +30,7 @@ from accelnet.devices.faults import Fault
 from accelnet.devices.power import PowerControl
 from accelnet.devices.remediation import RemediationPolicy, load_policy
 from accelnet.devices.reset import NvidiaSmiReset
+from accelnet.devices.telemetry import Sampler
 from accelnet.fabric import Fabric, load_fabric
 from accelnet.runtime.care import DeviceCare
 from accelnet.runtime.clock import SystemClock
@@ -45,6 +46,8 @@ from accelnet.sched.jobfile import check_runnable, load_jobs
 
 if TYPE_CHECKING:
     from accelnet.runtime.pipeline import Pipeline  # numpy: imported only where pipelines run
+    from accelnet.runtime.ray_backend import RayBackend
+    from accelnet.runtime.ray_connect import RayOptions
 
 
 class JobFailedError(RuntimeError):
@@ -131,7 +134,10 @@ class LocalCluster(DeviceOps):
     on their schedule, timed from the start. ``power_budget_w`` (W, the devices' draw)
     caps devices and delays starts to stay under it, through ``power_control`` for its
     devices (default: NVML for NVIDIA GPUs where permitted, else recorded caps);
-    ``history_s``: the width of the telemetry buckets kept in the store."""
+    ``history_s``: the width of the telemetry buckets kept in the store. With ``ray``
+    (docs/ray.md) tasks run on a Ray cluster's nodes, whose devices make the fabric (or
+    those of ``fabric``, which then declares the machines); their telemetry is not
+    sampled and power caps are recorded, not enforced."""
 
     def __init__(
         self,
@@ -148,24 +154,32 @@ class LocalCluster(DeviceOps):
         power_budget_w: float | None = None,
         power_control: PowerControl | None = None,
         history_s: float = HISTORY_WIDTH_S,
+        ray: RayOptions | None = None,
     ) -> None:
         if isinstance(policy, str | Path):
             policy = load_policy(policy)
-        emulated = fabric is not None and fabric != "local"
-        self.fabric = fabric if isinstance(fabric, Fabric) else load_fabric(fabric)
         self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="accelnet-")
         self.workdir = Path(workdir if workdir is not None else self._tmp.name)  # type: ignore[union-attr]
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.store: Store = SqliteStore(db) if db is not None else MemoryStore()
         clock = SystemClock()
-        self.backend = LocalBackend(
-            self.fabric.devices,
-            self.workdir,
-            clock,
-            recycle=recycle,
-            emulated=emulated,
-            device_reset=NvidiaSmiReset(),  # real NVIDIA GPUs only, where permitted
-        )
+        self.backend: LocalBackend | RayBackend
+        samplers: list[Sampler] = []
+        if ray is not None:  # the fabric: the Ray cluster's nodes (or the one declared)
+            self.backend = ray.connect(fabric, self.workdir, clock)
+            self.fabric, emulated = self.backend.fabric, True
+        else:
+            emulated = fabric is not None and fabric != "local"
+            self.fabric = fabric if isinstance(fabric, Fabric) else load_fabric(fabric)
+            self.backend = local = LocalBackend(
+                self.fabric.devices,
+                self.workdir,
+                clock,
+                recycle=recycle,
+                emulated=emulated,
+                device_reset=NvidiaSmiReset(),  # real NVIDIA GPUs only, where permitted
+            )
+            samplers = default_samplers(self.fabric, local, emulated) if health else []
+        self.store: Store = SqliteStore(db) if db is not None else MemoryStore()
         self.controller = Controller(
             self.fabric, self.store, self.backend, clock, self.workdir, scheduler
         )
@@ -174,7 +188,7 @@ class LocalCluster(DeviceOps):
             self.care = DeviceCare(
                 self.controller,
                 policy,
-                samplers=default_samplers(self.fabric, self.backend, emulated),
+                samplers=samplers,
                 sample_period_s=sample_period_s,
                 faults=faults,
                 store_requests=db is not None,
@@ -286,12 +300,15 @@ class LocalCluster(DeviceOps):
         **spec: Any,
     ) -> Job:
         """Run a :class:`~accelnet.runtime.pipeline.Pipeline` as one gang job, by default
-        on as many devices as it has stages (at most as many as the fabric has): each
-        stage in a process of its own, frames through shared memory. The job's result
+        on as many devices as it has stages (at most as many as one machine of the fabric
+        has; every stage on that machine): each stage in a process of its own, frames
+        through shared memory. The job's result
         holds the pipeline's report (:func:`~accelnet.runtime.pipeline.find_report`).
         Other keyword arguments as for :meth:`submit`."""
         if accelerators is None:
-            accelerators = f"any:{max(1, min(len(pipeline.stages), len(self.fabric.devices)))}"
+            most = max(len(h.device_ids) for h in self.fabric.hosts)
+            accelerators = f"any:{max(1, min(len(pipeline.stages), most))}"
+        spec.setdefault("topology", {"required": "host"})  # stages share memory: one machine
         return self.submit(pipeline.run_task, accelerators=accelerators, name=name, **spec)
 
     def submit_spec(self, spec: JobSpec, job_id: str | None = None) -> Job:
@@ -358,10 +375,12 @@ def local(
     health: bool = True,
     power_budget_w: float | None = None,
     power_control: PowerControl | None = None,
+    ray: RayOptions | None = None,
 ) -> LocalCluster:
     """An embedded cluster on this machine (or an emulated ``fabric``); a context manager.
     Devices are watched and repaired as ``policy`` says; ``faults`` are injected; with
-    ``power_budget_w`` the devices are capped and starts delayed to stay within it."""
+    ``power_budget_w`` the devices are capped and starts delayed to stay within it. With
+    ``ray`` (``RayOptions(address="auto")``) the tasks run on a Ray cluster (docs/ray.md)."""
     return LocalCluster(fabric, workdir, db, scheduler, policy=policy, faults=faults,
                         health=health, power_budget_w=power_budget_w,
-                        power_control=power_control)  # fmt: skip
+                        power_control=power_control, ray=ray)  # fmt: skip

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -32,6 +32,9 @@ from accelnet.runtime.device_view import DeviceStatus, Recovery, recovery_times
 from accelnet.runtime.local_backend import LocalBackend
 from accelnet.runtime.power_care import PowerCare
 from accelnet.runtime.store import Event, Store
+
+if TYPE_CHECKING:
+    from accelnet.runtime.ray_backend import RayBackend
 
 
 def default_samplers(fabric: Fabric, backend: LocalBackend, emulated: bool) -> list[Sampler]:
@@ -62,7 +65,7 @@ class DeviceOps:
     power: PowerCare
     controller: Controller
     store: Store
-    backend: LocalBackend
+    backend: LocalBackend | RayBackend
     _lock: threading.Lock
 
     def _care(self) -> DeviceCare:

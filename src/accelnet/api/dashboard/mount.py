@@ -4,8 +4,9 @@ Paths (none needs a token, none is in the OpenAPI document):
 
 - ``/``, ``/ui`` and ``/ui/<anything else>``: ``index.html`` (the page routes itself by
   its URL fragment, ``#/jobs/<id>``);
-- ``/ui/static/<name>``: a file of the package's ``static/`` folder (``app.js``,
-  ``style.css``, ``favicon.svg``); a name that is not a plain file name there is 404.
+- ``/ui/static/<name>``: a file of the package's ``static/`` folder (``app.js`` and the
+  modules it imports, ``style.css``, ``favicon.svg``); a name that is not a plain file
+  name there is 404.
 
 Every answer carries a Content-Security-Policy that allows scripts, styles and
 connections to this server only (nothing is fetched from anywhere else), and forbids

@@ -1,0 +1,97 @@
+"""``/metrics``: the Prometheus exporter (:mod:`accelnet.monitor`) over the served cluster.
+
+Each scrape copies what it needs (jobs from the store, devices with their latest samples
+and health, the links the running jobs' rings load as the communication model prices them,
+the scheduler's decision times) and renders outside any lock. Open to anyone who can reach
+the server unless ``--metrics-token`` is set: then a scrape needs that bearer token
+(Prometheus' ``authorization`` setting).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from accelnet.api.context import ApiContext
+from accelnet.comm import Communicator, CostModel
+from accelnet.comm.contention import CommJob, link_shares
+from accelnet.monitor.source import (
+    DeviceInfo,
+    JobInfo,
+    LinkUse,
+    Snapshot,
+    device_info,
+    job_info,
+    link_uses,
+)
+from accelnet.monitor.timing import HistogramSnapshot
+from accelnet.runtime.store import JobRecord
+from accelnet.sched import JobState
+
+_RUNNING = (JobState.STARTING, JobState.RUNNING)
+
+
+class ClusterMetrics:
+    """A :class:`~accelnet.monitor.source.MetricsSource` over the served cluster."""
+
+    def __init__(self, ctx: ApiContext, model: CostModel | None = None) -> None:
+        self.ctx = ctx
+        self.model = model or CostModel()
+
+    def snapshot(self) -> Snapshot:
+        """Everything one scrape exports, copied now."""
+        port = self.ctx.port
+        records = port.store.jobs()
+        return Snapshot(
+            [job_info(r) for r in records],
+            list(self._devices()),
+            self._links(r for r in records if r.state in _RUNNING),
+            self._decisions(),
+        )
+
+    def _devices(self) -> Iterable[DeviceInfo]:
+        fabric = self.ctx.port.fabric
+        for row in self.ctx.port.devices():
+            dev = fabric.devices.get(row.device)
+            if dev is None:
+                continue
+            yield device_info(dev, row.state, sample=row.sample, health=row.health.value)
+
+    def _links(self, running: Iterable[JobRecord]) -> list[LinkUse]:
+        fabric = self.ctx.port.fabric
+        jobs = []
+        for rec in running:
+            nbytes = rec.spec.workload.bytes_per_step
+            if rec.placement is None or len(rec.placement.devices) < 2 or not nbytes:
+                continue
+            jobs.append(CommJob(rec.id, Communicator(fabric, rec.placement.devices), nbytes))
+        return link_uses(link_shares(self.model, jobs)) if jobs else []
+
+    def _decisions(self) -> HistogramSnapshot | None:
+        cluster = getattr(self.ctx.port, "cluster", None)
+        controller = getattr(cluster, "controller", None)
+        timer = getattr(controller, "decision_timer", None)
+        return timer.snapshot() if timer is not None else None
+
+
+def mount_metrics(app: FastAPI, ctx: ApiContext, token: str | None = None) -> None:
+    """Serve ``GET /metrics`` (outside the API's auth; ``token``: the bearer a scrape
+    must carry, if any). Kept out of the OpenAPI document."""
+    from accelnet.monitor import CONTENT_TYPE, exposition, make_registry  # noqa: PLC0415
+
+    source = ClusterMetrics(ctx)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        if token is not None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return PlainTextResponse("metrics need the scrape token\n", status_code=401)
+        registry = make_registry(source.snapshot())
+        return Response(exposition(registry), media_type=CONTENT_TYPE)
+
+
+__all__ = ["ClusterMetrics", "JobInfo", "mount_metrics"]

@@ -1,0 +1,178 @@
+"""Connecting to a Ray cluster: Ray imported lazily, every node discovered, one fabric.
+
+``RayOptions(address="auto").connect(fabric, workdir, clock)`` (what ``accelnet.local(...,
+ray=RayOptions(...))`` and ``--backend ray`` do) joins the cluster with
+``ray.init(address=...)`` (``auto``, ``ray://host:port`` for Ray Client, or a cluster's
+GCS address such as a test cluster's), runs :func:`~accelnet.runtime.ray_nodes.describe_node`
+on every live node (a task pinned to it: node affinity, ``soft=False``), and builds the
+fabric: one host per node on a leaf switch, or, given a ``fabric`` (a file or preset that
+declares the machines), that fabric, each node claiming the host named by its
+``accelnet.io/host`` label (or its host name) whose devices it has. Declared hosts with no
+node yet start OFFLINE and come up when their node joins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelnet.fabric import Fabric, load_fabric
+from accelnet.runtime.clock import Clock
+from accelnet.runtime.local_backend import Recycle
+from accelnet.runtime.ray_nodes import (
+    DEFAULT_NETWORK,
+    NodeReport,
+    build_fabric_of,
+    describe_node,
+    mismatch,
+    unique_hosts,
+)
+
+if TYPE_CHECKING:
+    from accelnet.fabric.discovery import CpuMode
+    from accelnet.runtime.ray_backend import RayBackend
+
+EXTRA_HINT = "pip install 'accelnet[ray]'"
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+class RayUnavailableError(ImportError):
+    """Ray is not installed (the ``ray`` extra)."""
+
+
+class RayConnectError(RuntimeError):
+    """The cluster could not be joined or described; the message says why."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module; :class:`RayUnavailableError` naming the extra if missing."""
+    try:
+        import ray  # noqa: PLC0415 (optional: only the Ray backend needs it)
+    except ImportError as exc:
+        raise RayUnavailableError(
+            f"the Ray backend needs Ray, which is not installed: {EXTRA_HINT}"
+        ) from exc
+    return ray
+
+
+def pinned(node_id: str) -> Any:
+    """A scheduling strategy that runs on ``node_id`` or not at all."""
+    from ray.util.scheduling_strategies import (  # noqa: PLC0415
+        NodeAffinitySchedulingStrategy,
+    )
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+
+def alive_nodes(ray: Any) -> dict[str, Mapping[str, str]]:
+    """Live nodes: node id -> labels."""
+    return {n["NodeID"]: dict(n.get("Labels") or {}) for n in ray.nodes() if n.get("Alive")}
+
+
+@dataclass(frozen=True, slots=True)
+class RayOptions:
+    """How to run on a Ray cluster.
+
+    ``address``: ``auto`` (the cluster this machine belongs to), ``ray://host:10001``
+    (Ray Client) or a GCS address; ``namespace``: the Ray namespace of accelnet's actors;
+    ``cpu_devices``: how discovery turns a node's cores into devices; ``network``: the
+    link type joining each node to the leaf switch (when the fabric is discovered).
+    ``recycle``, ``kill_grace_s``, ``heartbeat_s``, ``ping_timeout_s``: as for
+    :class:`~accelnet.runtime.local_backend.LocalBackend`, on every node. A gang that
+    spans nodes must get its placement group within ``gang_timeout_s``; a node whose
+    agent has not answered for ``node_timeout_s`` is taken for gone (its agent is killed,
+    its tasks end LOST). ``connect_timeout_s`` bounds discovery and the agents' start.
+    ``share_files``: nodes that can see the driver's working folder keep their folders
+    there and write logs straight into its log folder; False: every node keeps its own,
+    in its temporary folder, and logs travel back with each task's end.
+    """
+
+    address: str = "auto"
+    namespace: str | None = "accelnet"
+    cpu_devices: CpuMode = "per-core"
+    network: str = DEFAULT_NETWORK
+    recycle: Recycle = "after-python"
+    kill_grace_s: float = 1.0
+    heartbeat_s: float | None = 1.0
+    ping_timeout_s: float = 10.0
+    gang_timeout_s: float = 30.0
+    node_timeout_s: float = 30.0
+    connect_timeout_s: float = 120.0
+    share_files: bool = True
+
+    def connect(self, fabric: Fabric | str | None, workdir: str | Path, clock: Clock) -> RayBackend:
+        """Join the cluster and start an agent on every node; the backend. ``fabric``
+        (a Fabric, preset or file) declares the machines; None discovers them.
+        RayUnavailableError without Ray; RayConnectError if the cluster cannot be
+        joined or a node cannot be described."""
+        from accelnet.runtime.ray_backend import RayBackend  # noqa: PLC0415
+
+        ray = import_ray()
+        owns = not ray.is_initialized()
+        if owns:
+            try:
+                ray.init(address=self.address, namespace=self.namespace, log_to_driver=False,
+                         logging_level="warning")  # fmt: skip
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise RayConnectError(f"cannot join Ray at {self.address!r}: {exc}") from exc
+        try:
+            declared = load_fabric(fabric) if isinstance(fabric, str) else fabric
+            reports = self.describe(ray)
+            seen = [r.node_id for r in reports]
+            notes: list[str] = []
+            if declared is None:
+                reports = unique_hosts(reports)
+                built = build_fabric_of(reports, network=self.network)
+            else:
+                built, reports = declared, claim(declared, reports, notes)
+            return RayBackend(ray, built, reports, workdir, clock, self, owns_ray=owns,
+                              notes=notes, seen=seen)  # fmt: skip
+        except BaseException:
+            if owns:
+                ray.shutdown()
+            raise
+
+    def describe(self, ray: Any) -> list[NodeReport]:
+        """Run discovery on every live node, in parallel; the reports by node id order."""
+        remote = ray.remote(num_cpus=0, max_retries=0)(describe_node)
+        nodes = alive_nodes(ray)
+        refs = {
+            node: remote.options(scheduling_strategy=pinned(node)).remote(
+                node, labels, self.cpu_devices
+            )
+            for node, labels in sorted(nodes.items())
+        }
+        _, late = ray.wait(list(refs.values()), num_returns=len(refs),
+                               timeout=self.connect_timeout_s)  # fmt: skip
+        if late:
+            raise RayConnectError(
+                f"{len(late)} of {len(refs)} Ray node(s) did not describe themselves within "
+                f"{self.connect_timeout_s:g} s"
+            )
+        out = []
+        for node, ref in refs.items():
+            try:
+                out.append(ray.get(ref))
+            except Exception as exc:
+                raise RayConnectError(f"Ray node {node[:8]} could not be described: {exc}") from exc
+        return out
+
+
+def claim(fabric: Fabric, reports: list[NodeReport], notes: list[str]) -> list[NodeReport]:
+    """The reports of nodes that are hosts of a declared ``fabric``: each node claims the
+    host named by its label (or its host name); a node whose devices differ, or whose
+    host another node claimed first, is left out (with a note)."""
+    taken: set[str] = set()
+    out = []
+    for r in reports:
+        why = mismatch(fabric, r)
+        if why is None and r.host in taken:
+            why = f"another node already is host {r.host}"
+        if why is not None:
+            notes.append(f"Ray node {r.node_id[:8]} not used: {why}")
+            continue
+        taken.add(r.host)
+        out.append(r)
+    return out

@@ -1,0 +1,38 @@
+"""``/metrics`` on the served cluster, read with Prometheus' own text parser."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.api.conftest import Server
+
+
+def test_metrics_are_prometheus_text_with_jobs_and_devices(server: Server) -> None:
+    job = {"name": "m1", "run": "true", "resources": {"accelerators": "any:1"}}
+    with server.client("alice") as user:
+        sent = user.post("/api/v1/jobs", json=job)
+    assert sent.status_code == 201, sent.text
+    with server.client() as anyone:
+        found = anyone.get("/metrics")
+    assert found.status_code == 200
+    assert found.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(found.text)}
+    assert sum(s.value for s in families["accelnet_jobs"].samples) >= 1
+    devices = {s.labels["accelnet_device"] for s in families["accelnet_device_state"].samples}
+    assert len(devices) >= 2
+    assert "/metrics" not in anyone_paths(server)
+
+
+def anyone_paths(server: Server) -> set[str]:
+    """The paths the published OpenAPI document lists."""
+    with server.client() as anyone:
+        return set(anyone.get("/openapi.json").json()["paths"])
+
+
+def test_scheduler_decision_times_are_exported(server: Server) -> None:
+    with server.client() as anyone:
+        text = anyone.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    hist = families["accelnet_scheduler_decision_seconds"]
+    counts = [s.value for s in hist.samples if s.name.endswith("_count")]
+    assert counts and counts[0] >= 1  # the job above was scheduled

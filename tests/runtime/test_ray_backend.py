@@ -1,0 +1,346 @@
+"""RayBackend against a real three-node Ray cluster on this machine (``ray.cluster_utils``):
+the backend contract (backend_contract.py), discovery on each node, exact placement, gangs
+across nodes behind a placement group, outputs handed between nodes as Ray objects, a
+declared machine that is missing, and, through the whole stack, a node removed mid-job
+(its job requeued and finished elsewhere) and a node that joins (its devices READY).
+
+One cluster for the module (Ray's start is slow): 1 CPU and a 100 MB object store per
+node, no dashboard. Each node emulates a different machine (``accelnet.io/emulate``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import SwitchKind, build_fabric, parse_spec
+from accelnet.fabric.model import Level
+from accelnet.runtime.backend import TaskEventKind
+from accelnet.runtime.clock import ManualClock
+from accelnet.runtime.ray_backend import RayBackend
+from accelnet.runtime.ray_connect import RayOptions
+from accelnet.runtime.ray_local import node_args, start_cluster
+from accelnet.runtime.ray_nodes import HOST_LABEL, LEAF
+from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched import JobState
+from tests.runtime.backend_contract import (
+    T0,
+    BackendContract,
+    Harness,
+    gone,
+    run,
+    started,
+    task,
+    tree,
+)
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
+pytestmark = pytest.mark.ray
+
+NODES = {"n0": "2xT4", "n1": "3xL4", "n2": "2xL4_1xA100-SXM4-80GB"}  # n0 is the head
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _pickle_this_module_by_value() -> Iterator[None]:
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    yield
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(NODES)
+    try:
+        ray.init(address=c.address, log_to_driver=False, logging_level="warning")
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def backend(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayBackend]:
+    work = tmp_path_factory.mktemp("ray") / "work"
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
+    b = options.connect(None, work, ManualClock(T0))
+    yield b
+    b.close()
+
+
+def settle(b: RayBackend, limit: float = 20.0) -> None:
+    """Stop whatever a test left running and drain the events (the backend is shared)."""
+    for tid in b.running():
+        b.cancel(tid)
+    end = time.monotonic() + limit
+    while b.running():
+        assert time.monotonic() < end, f"still running: {b.running()}"
+        b.poll(0.2)
+    b.poll(0.05)
+
+
+class TestRayBackendContract(BackendContract):
+    """The contract every backend keeps; gangs of two span nodes n0 and n1."""
+
+    @pytest.fixture
+    def harness(self, backend: RayBackend, tmp_path: Path) -> Iterator[Harness]:
+        settle(backend)
+        yield Harness(backend, ("n0/gpu0", "n1/gpu0", "n1/gpu1", "n2/gpu0"), tmp_path / "logs")
+        settle(backend)
+
+
+# -- payloads -------------------------------------------------------------------------------
+
+
+WHERE = ("ACCELNET_RAY_NODE", "ACCELNET_DEVICE", "CUDA_VISIBLE_DEVICES", "ACCELNET_OUTPUT")
+
+
+def where() -> dict[str, str]:
+    return {k: os.environ.get(k, "") for k in WHERE}
+
+
+def write_part() -> str:
+    from accelnet.runtime.handoff import output_dir
+
+    rank, device = os.environ["ACCELNET_RANK"], os.environ["ACCELNET_DEVICE"]
+    (output_dir() / f"part{rank}.txt").write_text(f"rank {rank} on {device}")
+    return str(output_dir())
+
+
+def read_parts() -> dict[str, Any]:
+    from accelnet.runtime.handoff import input_dirs
+
+    folder = input_dirs()["parts"]
+    return {"folder": str(folder),
+            "parts": {p.name: p.read_text() for p in sorted(folder.glob("part*.txt"))}}  # fmt: skip
+
+
+def slow_first_attempt(seconds: float) -> str:
+    from accelnet.runtime.handoff import output_dir
+
+    attempt = int(os.environ["ACCELNET_TASK"].rsplit(".", 2)[-2])
+    if attempt == 1:
+        time.sleep(seconds)
+    (output_dir() / "made.txt").write_text(os.environ["ACCELNET_DEVICE"])
+    return os.environ["ACCELNET_DEVICE"]
+
+
+def read_made() -> str:
+    from accelnet.runtime.handoff import input_dirs
+
+    return (input_dirs()["made"] / "made.txt").read_text()
+
+
+def quick() -> str:
+    return os.environ["ACCELNET_DEVICE"]
+
+
+# -- discovery and placement ----------------------------------------------------------------
+
+
+def test_every_node_is_discovered_on_itself_into_one_fabric(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    fabric = backend.fabric
+    models = {h.name: [fabric.devices[d].model.name for d in h.device_ids] for h in fabric.hosts}
+    assert models == {
+        "n0": ["T4", "T4"],
+        "n1": ["L4"] * 3,
+        "n2": ["L4", "L4", "A100-SXM4-80GB"],
+    }
+    assert fabric.switches[LEAF].kind is SwitchKind.LEAF
+    uplinks = {(lk.a, lk.b, lk.type.generation) for lk in fabric.external_links}
+    assert uplinks == {(f"{h}/nic0", LEAF, "25GbE") for h in NODES}
+    assert fabric.level("n0/gpu0", "n1/gpu0") is Level.NETWORK_LEAF
+    assert fabric.level("n1/gpu0", "n1/gpu2") < Level.NETWORK_LEAF
+    assert backend.hosts() == dict.fromkeys(NODES, True)
+    assert backend.take_node_changes() == []  # every host had its node from the start
+    labels = {n["Labels"][HOST_LABEL]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    # each task runs on its device's node, with CUDA_VISIBLE_DEVICES set by accelnet
+    specs = [task(f"w-{d.replace('/', '-')}", d, tmp_path, None, where) for d in
+             ("n0/gpu1", "n1/gpu2", "n2/gpu2")]  # fmt: skip
+    for tid, ev in run(backend, *specs).items():
+        got = ev.result
+        host = got["ACCELNET_DEVICE"].split("/")[0]
+        assert got["ACCELNET_RAY_NODE"] == labels[host] == backend.node_id(host), tid
+        assert got["CUDA_VISIBLE_DEVICES"] == ""  # emulated devices: no real GPU shows
+        assert f"/nodes/{host}/" in got["ACCELNET_OUTPUT"]  # the node's own folders
+
+
+def test_a_gang_across_nodes_starts_once_its_placement_group_is_ready(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    gang = ("n0/gpu1", "n1/gpu2", "n2/gpu0")
+    specs = [task(f"g{r}", d, tmp_path, None, where, devices=gang, rank=r, job="gang1")
+             for r, d in enumerate(gang)]  # fmt: skip
+    events = run(backend, *specs)
+    nodes = {e.result["ACCELNET_RAY_NODE"] for e in events.values()}
+    assert len(nodes) == 3
+    from ray.util import placement_group_table
+
+    groups = [g for g in placement_group_table().values() if g["name"] == "accelnet/gang1/1"]
+    assert len(groups) == 1
+    assert groups[0]["strategy"] == "STRICT_SPREAD"
+    assert len(groups[0]["bundles"]) == 3
+    assert groups[0]["state"] == "REMOVED"  # removed once its last rank ended
+    assert {str(n) for n in groups[0]["bundles_to_node_id"].values()} == nodes
+
+
+def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    gang = ("n0/gpu1", "n1/gpu2")
+    made = run(backend, *[task(f"prod{r}", d, tmp_path, None, write_part, devices=gang,
+                               rank=r, job="producer") for r, d in enumerate(gang)])  # fmt: skip
+    assert all(e.kind is TaskEventKind.SUCCEEDED for e in made.values())
+    assert backend.output_hosts("producer") == ["n0", "n1"]
+    inputs = {"parts": "producer"}
+    got = run(
+        backend,
+        task("far", "n2/gpu1", tmp_path, None, read_parts, job="c1", inputs=inputs),
+        task("near", "n1/gpu0", tmp_path, None, read_parts, job="c2", inputs=inputs),
+    )
+    want = {"part0.txt": "rank 0 on n0/gpu1", "part1.txt": "rank 1 on n1/gpu2"}
+    for tid in ("far", "near"):
+        assert got[tid].kind is TaskEventKind.SUCCEEDED, got[tid]
+        assert got[tid].result["parts"] == want, tid
+    # each consumer reads its own node's folder of the producer's outputs: n1 its own part
+    # in place, the other part fetched from n0; n2 both parts, fetched
+    assert "/nodes/n2/outputs/producer" in got["far"].result["folder"]
+    assert "/nodes/n1/outputs/producer" in got["near"].result["folder"]
+    folder = backend.collect_output("producer")
+    assert folder == Path(backend.output_location("producer"))
+    assert sorted(p.name for p in folder.iterdir()) == ["part0.txt", "part1.txt"]
+
+
+def test_a_declared_machine_that_is_missing_starts_offline_and_close_leaves_nothing(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """Also: nodes that keep their own files (share_files=False) send logs back."""
+    spec = {"name": "declared", "hosts": [
+        {"name": "n0", "devices": "2xT4"},
+        {"name": "n1", "devices": "3xL4"},
+        {"name": "n2", "devices": "4xT4"},  # not what node n2 has: it is not used
+        {"name": "n3", "devices": "1xT4"},  # no node yet
+    ]}  # fmt: skip
+    declared = build_fabric(parse_spec(spec, "test"))
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5, share_files=False)
+    with options.connect(declared, tmp_path / "work", ManualClock(T0)) as b:
+        assert b.fabric is declared
+        assert b.hosts() == {"n0": True, "n1": True, "n2": False, "n3": False}
+        changes = b.take_node_changes()
+        assert [(c.host, c.up) for c in changes] == [("n2", False), ("n3", False)]
+        assert changes[1].devices == ("n3/gpu0",)
+        assert any("n2 should have" in n for n in b.notes), b.notes
+        ev = run(b, task("off", "n3/gpu0", tmp_path, "true"))["off"]
+        assert (ev.kind, ev.error) == (TaskEventKind.LOST, "node n3 is down")
+        # a gang with a rank on the missing machine: no rank runs
+        gang = ("n1/gpu0", "n3/gpu0")
+        ranks = run(b, *[task(f"half{r}", d, tmp_path, "true", devices=gang, rank=r)
+                         for r, d in enumerate(gang)])  # fmt: skip
+        assert ranks["half0"].kind is TaskEventKind.FAILED
+        assert ranks["half0"].error == "the gang cannot start: node(s) n3 down"
+        assert ranks["half1"].kind is TaskEventKind.LOST
+        logs = tmp_path / "logs"
+        cmd = 'echo "$ACCELNET_OUTPUT"; echo to-err >&2'
+        assert run(b, task("own", "n1/gpu1", logs, cmd))["own"].kind is TaskEventKind.SUCCEEDED
+        output = Path((logs / "own.out").read_text().strip())  # the log came back
+        assert (logs / "own.err").read_text() == "to-err\n"
+        assert tmp_path not in output.parents  # the node's own folders, not the driver's
+        assert b.live_log("own", "out") is None
+        b.launch(task("tree", "n1/gpu0", tmp_path, "sleep 100 & sleep 100"))
+        procs = tree(started(b, "tree"))
+    assert gone([p.pid for p in procs])
+
+
+def test_the_demo_runs_across_the_ray_cluster(cluster: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from accelnet.cli.main import app
+
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(
+        app,
+        ["demo", "--backend", "ray", "--ray-address", cluster.address, "--quick", "--out",
+         str(out), "--json"],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    jobs = data["jobs"]
+    assert {j: v["state"] for j, v in jobs.items()} == dict.fromkeys(
+        ["video-pipeline", "inference", "render-tiles", "data-partitions", "render-assemble",
+         "data-merge"], "succeeded",
+    )  # fmt: skip
+    for gang in ("render-tiles", "data-partitions"):  # 4 devices: no node has as many
+        assert len({d.split("/")[0] for d in jobs[gang]["devices"]}) >= 2
+    video = {d.split("/")[0] for d in jobs["video-pipeline"]["devices"]}
+    assert len(video) == 1  # a pipeline's stages share memory: one machine
+    for rel in ("inference/report.json", "render/render.png", "data/summary.json",
+                "video/latency.json"):  # fmt: skip
+        assert (out / rel).stat().st_size > 0
+
+
+# -- faults, through the whole stack ----------------------------------------------------------
+
+
+def wait_for(check: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    end = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        threading.Event().wait(0.05)
+
+
+def test_a_node_removed_mid_job_requeues_it_and_a_node_that_joins_comes_back(
+    cluster: Any, tmp_path: Path
+) -> None:
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
+    with LocalCluster(workdir=tmp_path / "work", ray=options) as c:
+        job = c.submit(slow_first_attempt, 60, accelerators="L4:1", max_retries=1)
+        wait_for(lambda: job.state is JobState.RUNNING, "the job to run")
+        placement = job.record.placement
+        assert placement is not None
+        first = placement.devices[0]
+        host = first.split("/")[0]
+        assert host in ("n1", "n2")  # L4s: never the head
+        others = [c.submit(quick, accelerators="any:1", max_retries=1) for _ in range(4)]
+        node_id = c.backend.node_id(host)
+        (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
+        cluster.remove_node(node)
+        device = job.result(timeout=60)
+        assert device.split("/")[0] not in (host, "n0"), device  # on the other L4 node
+        rec = job.record
+        assert (rec.attempts, rec.failures) == (2, 1)
+        kinds = [e.kind for e in job.events()]
+        assert "task:lost" in kinds
+        lost = next(e for e in job.events() if e.kind == "task:lost")
+        assert f"node {host}" in lost.detail and "went away" in lost.detail
+        assert all(o.result(timeout=60) for o in others)  # nothing lost
+        consumer = c.submit(read_made, accelerators="T4:1", inputs={"made": job})  # on n0
+        assert consumer.result(timeout=60) == device  # what the retry made, from its node
+        host_devices = [d for d in c.fabric.devices if d.startswith(host + "/")]
+        with c._lock:
+            states = c.controller.device_states()
+        assert {states[d] for d in host_devices} == {DeviceState.OFFLINE}
+        # the node joins again (the same machine, a new Ray node): its devices come back
+        cluster.add_node(**node_args(host, NODES[host]))
+
+        def ready() -> bool:
+            with c._lock:
+                states = c.controller.device_states()
+            return {states[d] for d in host_devices} == {DeviceState.READY}
+
+        wait_for(ready, f"{host}'s devices to be READY again")
+        l4s = [d for d, dev in c.fabric.devices.items() if dev.model.name == "L4"]
+        every_l4 = c.submit(quick, accelerators=f"L4:{len(l4s)}")  # both L4 nodes again
+        assert sorted(every_l4.result(timeout=60)) == sorted(l4s)
