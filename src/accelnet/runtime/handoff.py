@@ -56,7 +56,7 @@ def output_dir() -> Path:
     """This job's output folder (``ACCELNET_OUTPUT``), created if missing. RuntimeError
     outside a task of a backend with data hand-off."""
     path = _env_path(OUTPUT_ENV)
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the job's own: 0700
     return path
 
 
@@ -157,7 +157,11 @@ class HandoffArea:
         """The hand-off variables of a task being launched; registers it with its
         attempt (whose shared memory lives until :meth:`task_ended` of its last task here:
         of ``local_world`` tasks, by default ``task.world``; fewer when the other ranks run
-        on other machines). Creates nothing on disk: the task makes the folders it uses."""
+        on other machines). Creates only ``outputs`` (mode 0700, so jobs' output folders are
+        the service user's only): the task makes the folders it uses."""
+        if not self.outputs.is_dir():
+            with contextlib.suppress(OSError):  # else the task's own mkdir reports it
+                self.outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
         key = (task.job_id, task.attempt)
         attempt = self._attempts.get(key)
         if attempt is None:

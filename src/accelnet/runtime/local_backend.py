@@ -49,7 +49,7 @@ from accelnet.runtime.backend import (
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.handoff import HandoffArea
-from accelnet.runtime.taskenv import device_env, device_path, task_env_delta
+from accelnet.runtime.taskenv import device_env, device_path, scrub_env, task_env_delta
 
 Recycle = Literal["always", "after-python", "never"]
 RECYCLE_POLICIES: tuple[Recycle, ...] = ("always", "after-python", "never")
@@ -192,7 +192,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                     req["payload"] = task.payload
                 else:
                     spill = self._workdir / "payloads" / f"{task.task_id}.pkl"
-                    spill.parent.mkdir(parents=True, exist_ok=True)
+                    _private_dir(spill.parent)
                     spill.write_bytes(task.payload)
                     req["payload_path"] = str(spill)
             if w is None:
@@ -317,7 +317,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             return False, f"device {dev.id} is running task {w.task.spec.task_id}"
         scratch = self._scratch(dev)
         try:
-            scratch.mkdir(parents=True, exist_ok=True)
+            _private_dir(scratch)
             for entry in scratch.iterdir():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry)
@@ -433,9 +433,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     def _start(self, device: Device) -> _Worker:
         """Spawn ``device``'s worker (does not wait for it to come up). Raises ``OSError``."""
         log = self._workdir / "workers" / f"{device_path(device.id)}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self._scratch(device).mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        _private_dir(self._workdir / "workers")
+        _private_dir(log.parent)
+        _private_dir(self._workdir / "scratch")
+        _private_dir(self._scratch(device))
+        env = scrub_env(os.environ)
         env.update(device_env(device, self._scratch(device), self._emulated))
         ours, theirs = socket.socketpair()
         try:
@@ -636,9 +638,19 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         log_dir = self._log_dirs.get(spec.log_dir)
         if log_dir is None:
             log_dir = self._log_dirs[spec.log_dir] = str(Path(spec.log_dir).resolve())
+            with contextlib.suppress(OSError):  # the worker makes it if this cannot
+                _private_dir(Path(log_dir))  # the job logs: the service user's only
         return f"{log_dir}/{spec.task_id}.{stream}"
 
     @staticmethod
     def _log_tail(w: _Worker) -> str:
         text = _worker.tail(str(w.log))
         return f"; its log ends:\n{text}" if text else ""
+
+
+def _private_dir(path: Path) -> None:
+    """Make ``path`` (and missing parents) and leave it readable by its owner only (0700):
+    one user's tasks cannot read another's scratch, logs or payloads. Raises ``OSError``."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o777 != 0o700:
+        path.chmod(0o700)

@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from accelnet.fabric.model import Device, DeviceKind
 from accelnet.runtime.backend import TaskSpec
 
 _GPU_NUMBER = re.compile(r"(\d+)$")
+
+# What a task never inherits from the process running the backend (the server, the CLI): the
+# accelnet variables (``ACCELNET_TOKEN``, ``ACCELNET_URL``, the server's own settings; the
+# backend sets a task's own ones afresh) except those in KEPT_ENV, and anything whose name says
+# it is a secret. A task that needs a secret gets it from its spec's ``env``.
+KEPT_ENV = frozenset({"ACCELNET_RAY_NODE", "ACCELNET_EMULATE", "ACCELNET_HOST"})
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|PRIVATE_?KEY|_DB$")
+
+
+def scrub_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without what a task must not see (see :data:`KEPT_ENV`): accelnet's
+    variables and anything named like a token, secret, password, key or database."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k in KEPT_ENV
+        or not (k.upper().startswith("ACCELNET_") or _SECRET_NAME.search(k.upper()))
+    }
 
 
 def cuda_visible_devices(device: Device, emulated: bool) -> str:
