@@ -105,6 +105,7 @@ class Client:
             transport=transport,
         )  # fmt: skip
         self._sleep: Callable[[float], None] = time.sleep
+        self._now: Callable[[], float] = time.monotonic  # the waits' clock (tests replace it)
 
     @classmethod
     def from_config(cls, url: str | None = None, token: str | None = None, **kwargs: Any) -> Client:
@@ -313,15 +314,15 @@ class Client:
         it; TimeoutError after ``timeout`` seconds (None: no limit). Polls, from 50 ms up
         to ``poll_s`` between calls."""
         job_id = _job_id(job)
-        end = None if timeout is None else time.monotonic() + timeout
+        end = None if timeout is None else self._now() + timeout
         pause = 0.05
         while True:
             out = self.job(job_id)
             if out.finished:
                 return out
-            if end is not None and time.monotonic() >= end:
+            if end is not None and self._now() >= end:
                 raise TimeoutError(f"job {job_id} is still {out.state} after {timeout:g} s")
-            left = poll_s if end is None else max(0.0, end - time.monotonic())
+            left = poll_s if end is None else max(0.0, end - self._now())
             self._sleep(min(pause, left))
             pause = min(poll_s, pause * 2)
 

@@ -176,22 +176,23 @@ def _collect(
     nsteps: int,
     stall_s: float,
     on_step: Callable[[int], None] | None,
+    now: Callable[[], float] = time.monotonic,
 ) -> list[list[tuple[float, ...]]]:
     """Read every worker's messages until all are done; raise at the first sign of
     trouble (an error, a worker gone before it said done, silence for ``stall_s``)."""
     times: list[list[tuple[float, ...]]] = [[] for _ in range(nsteps)]
     live = {w.conn: w for w in workers}
     done: set[int] = set()
-    last = time.monotonic()
+    last = now()
     while len(done) < len(workers):
         ready = wait(list(live), timeout=POLL_S)
         if not ready:
-            if time.monotonic() - last > stall_s:
+            if now() - last > stall_s:
                 raise BenchError(
                     f"no rank reported for {stall_s:g} s; stopped the workers (--timeout)"
                 )
             continue
-        last = time.monotonic()
+        last = now()
         for conn in ready:
             worker = live[conn]  # type: ignore[index]
             try:
@@ -242,7 +243,11 @@ def _where(plan: BenchPlan, rank: int) -> str:
     return f"rank {rank} ({plan.comm.ranks[rank]}): "
 
 
-def stop_all(workers: Sequence[_Worker], grace_s: float = STOP_GRACE_S) -> None:
+def stop_all(
+    workers: Sequence[_Worker],
+    grace_s: float = STOP_GRACE_S,
+    now: Callable[[], float] = time.monotonic,
+) -> None:
     """SIGTERM every worker's process group, wait up to ``grace_s``, SIGKILL what is left,
     reap all, close the connections. Idempotent."""
 
@@ -253,10 +258,10 @@ def stop_all(workers: Sequence[_Worker], grace_s: float = STOP_GRACE_S) -> None:
                     os.killpg(w.proc.pid, sig)
 
     signal_all(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
+    deadline = now() + grace_s
     for w in workers:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            w.proc.wait(max(0.0, deadline - time.monotonic()))
+            w.proc.wait(max(0.0, deadline - now()))
     signal_all(signal.SIGKILL)
     for w in workers:
         w.proc.wait()
