@@ -1,0 +1,315 @@
+"""Chaos run: a controller SIGKILLed and restarted on the same SQLite file, workers killed,
+devices failed, then the store's invariants checked and every submitted job found once.
+
+    python bench/chaos_bench.py                  # 500 jobs, 20 controller kills, 50 worker kills
+    python bench/chaos_bench.py --jobs 80 --controller-kills 4 --worker-kills 8 --seed 3
+
+The controller runs in a child process (``python -c CONTROLLER``) on an emulated fabric
+with the local backend; the driver (this process) kills it or its workers (found as its
+children) at seeded random times and restarts it on the same database; the controller
+itself fails and repairs devices at seeded random times (``Controller.fail_device``, which
+requeues the jobs on them within their retry budget). Once the kills are spent the last
+controller runs the queue dry; then :func:`accelnet.runtime.invariants.violations` reads the
+store. Prints a table and writes JSON under ``bench/results/``. Also imported by
+``tests/runtime/test_chaos.py`` at a reduced size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+CONTROLLER = r"""
+import json, random, sys, time
+from pathlib import Path
+from accelnet.devices import DeviceState
+from accelnet.fabric import load_fabric
+from accelnet.runtime.clock import SystemClock
+from accelnet.runtime.controller import Controller
+from accelnet.runtime.local_backend import LocalBackend
+from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.sched import JobSpec
+
+db, work = sys.argv[1], Path(sys.argv[2])
+seed, life, fault_rate = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+plan = json.loads((work / "plan.json").read_text())
+rng = random.Random(seed * 1000 + life)
+fabric = load_fabric(plan["fabric"])
+clock = SystemClock()
+store = SqliteStore(db)
+backend = LocalBackend(fabric.devices, str(work), clock, emulated=True)
+ctl = Controller(fabric, store, backend, clock, str(work))
+for dev, state in ctl.device_states().items():  # faults of an earlier life: repaired now
+    if state is DeviceState.UNHEALTHY:
+        ctl.repair_device(dev, "chaos: repaired after restart")
+with open(work / "ready.txt", "a") as f:
+    f.write(f"{life} {time.time()}\n")
+known = {r.id for r in store.jobs()}
+acked = open(work / "acked.txt", "a")
+for spec in plan["jobs"]:
+    if spec["name"] not in known:  # submitted by no earlier life
+        ctl.submit(JobSpec.model_validate(spec), job_id=spec["name"])
+        acked.write(spec["name"] + "\n")
+        acked.flush()
+faults = open(work / "faults.txt", "a")
+broken: dict[str, float] = {}
+last = time.monotonic()
+while not ctl.idle():
+    ctl.step(0.05)
+    now = time.monotonic()
+    for dev, at in list(broken.items()):
+        if now - at > 0.5:
+            del broken[dev]
+            ctl.repair_device(dev, "chaos: repaired")
+    if fault_rate > 0 and rng.random() < fault_rate * (now - last):
+        dev = rng.choice(sorted(fabric.devices))
+        usable = ctl.device_states()[dev] in (DeviceState.READY, DeviceState.ALLOCATED)
+        if dev not in broken and usable:
+            broken[dev] = now
+            ctl.fail_device(dev, "chaos: injected fault")
+            faults.write(dev + "\n")
+            faults.flush()
+    last = now
+backend.close()
+print("idle", flush=True)
+"""
+
+
+@dataclass
+class ChaosConfig:
+    """The size of a run: jobs, kills, faults (per second of controller time), seed."""
+
+    jobs: int = 500
+    controller_kills: int = 20
+    worker_kills: int = 50
+    fault_rate: float = 1.0
+    seed: int = 1
+    fabric: str = "dgx1-v100"
+    gap_s: tuple[float, float] = (0.05, 0.3)  # between two kills
+    timeout_s: float = 1800.0
+
+
+@dataclass
+class ChaosReport:
+    """What a run did and found."""
+
+    config: dict[str, Any]
+    jobs: int = 0
+    controller_kills: int = 0
+    worker_kills: int = 0
+    faults: int = 0
+    recovery_s: list[float] = field(default_factory=list)  # kill -> restarted controller ready
+    states: dict[str, int] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)  # submitted (acknowledged) but not stored
+    duplicated: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def ok(self) -> bool:
+        """No job lost, duplicated or unfinished; every invariant holds."""
+        return not (self.lost or self.duplicated or self.unfinished or self.violations)
+
+
+def workload(n: int, seed: int, work: Path) -> list[dict[str, Any]]:
+    """``n`` short jobs: mostly single-device, some gangs of 2 or 4, some that fail once
+    before succeeding, some that always fail, some checkpointable (seeded)."""
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        name = f"c{i:04d}"
+        nap = rng.choice(["0.05", "0.1", "0.2", "0.3"])
+        kind = rng.random()
+        spec: dict[str, Any] = {"name": name, "max_retries": 8}
+        run = f"sleep {nap}"
+        if kind < 0.15:
+            spec["resources"] = {"accelerators": f"any:{rng.choice([2, 4])}"}
+        elif kind < 0.30:  # fails its first attempt, then succeeds
+            mark = work / "marks" / name
+            run = f"if [ -e {mark} ]; then sleep {nap}; else touch {mark}; exit 3; fi"
+        elif kind < 0.35:  # always fails: ends FAILED after its retries
+            run, spec["max_retries"] = "exit 4", 1
+        elif kind < 0.50:
+            spec["checkpointable"] = True
+        spec["run"] = run
+        jobs.append(spec)
+    return jobs
+
+
+def _start(work: Path, cfg: ChaosConfig, life: int) -> subprocess.Popen[bytes]:
+    args = [str(work / "state.db"), str(work), str(cfg.seed), str(life), str(cfg.fault_rate)]
+    log = open(work / f"controller.{life}.log", "wb")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen([sys.executable, "-c", CONTROLLER, *args], stdout=log, stderr=log)
+
+
+def _ready_count(work: Path) -> int:
+    path = work / "ready.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    kids: list[psutil.Process] = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(kids, timeout=15)  # workers notice their controller died
+    for p in alive:  # one that did not is a bug the report shows, but must not linger
+        p.kill()
+
+
+def run_chaos(cfg: ChaosConfig, work: Path) -> ChaosReport:
+    """One seeded chaos run in ``work`` (created); returns the report. Bounded by
+    ``cfg.timeout_s`` (TimeoutError)."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "marks").mkdir(exist_ok=True)
+    jobs = workload(cfg.jobs, cfg.seed, work)
+    (work / "plan.json").write_text(json.dumps({"fabric": cfg.fabric, "jobs": jobs}))
+    report = ChaosReport(config=asdict(cfg), jobs=len(jobs))
+    t0 = time.monotonic()
+    proc = _havoc(cfg, work, report, t0 + cfg.timeout_s)
+    while proc.poll() is None:  # run the queue dry
+        if time.monotonic() > t0 + cfg.timeout_s:
+            _kill_tree(proc)
+            raise TimeoutError(f"chaos run did not finish in {cfg.timeout_s} s: see {work}")
+        time.sleep(0.05)
+    if proc.returncode != 0:
+        raise RuntimeError(f"last controller exited {proc.returncode}: see {work}")
+    report.wall_s = time.monotonic() - t0
+    faults = work / "faults.txt"
+    report.faults = len(faults.read_text().splitlines()) if faults.exists() else 0
+    _audit(work, {j["name"] for j in jobs}, report)
+    return report
+
+
+def _havoc(
+    cfg: ChaosConfig, work: Path, report: ChaosReport, deadline: float
+) -> subprocess.Popen[bytes]:
+    """Start the controller, spend the kills at seeded random times; the live controller."""
+    rng = random.Random(cfg.seed)
+    life = 0
+    proc = _start(work, cfg, life)
+    kills = ["controller"] * cfg.controller_kills + ["worker"] * cfg.worker_kills
+    rng.shuffle(kills)
+    for what in kills:
+        time.sleep(rng.uniform(*cfg.gap_s))
+        if time.monotonic() > deadline:
+            break
+        if proc.poll() is not None:  # ran dry before the kills were spent: no more to do
+            break
+        if what == "worker":  # between launches there may be none: try a little longer
+            for _ in range(50):
+                if _kill_a_worker(proc, rng):
+                    report.worker_kills += 1
+                    break
+                time.sleep(0.01)
+            continue
+        _kill_tree(proc)
+        killed = time.monotonic()
+        report.controller_kills += 1
+        life += 1
+        proc = _start(work, cfg, life)
+        while _ready_count(work) <= life:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"controller life {life} did not come up: see {work}")
+            time.sleep(0.005)
+        report.recovery_s.append(time.monotonic() - killed)
+    return proc
+
+
+def _kill_a_worker(proc: subprocess.Popen[bytes], rng: random.Random) -> int:
+    """SIGKILL one of the controller's descendants (a worker or its task); 1 if done."""
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        if kids:
+            rng.choice(kids).send_signal(signal.SIGKILL)
+            return 1
+    except psutil.NoSuchProcess:
+        pass
+    return 0
+
+
+def _audit(work: Path, wanted: set[str], report: ChaosReport) -> None:
+    """Read the store: lost, duplicated and unfinished jobs, final states, violations."""
+    from accelnet.runtime.invariants import violations
+    from accelnet.runtime.sqlite_store import SqliteStore
+
+    store = SqliteStore(str(work / "state.db"))
+    try:
+        records = store.jobs()
+        names = Counter(r.spec.name for r in records)
+        acked = set((work / "acked.txt").read_text().split())
+        report.lost = sorted((acked | wanted) - set(names))
+        report.duplicated = sorted(n for n, c in names.items() if c > 1)
+        report.unfinished = sorted(r.id for r in records if not r.state.is_finished())
+        report.states = dict(Counter(r.state.value for r in records))
+        report.violations = [str(v) for v in violations(store)]
+    finally:
+        store.close()
+
+
+def figures(report: ChaosReport) -> dict[str, Any]:
+    """The headline numbers of a run."""
+    rec = report.recovery_s
+    return {
+        "jobs": report.jobs,
+        "controller kills": report.controller_kills,
+        "worker kills": report.worker_kills,
+        "device faults": report.faults,
+        "recovery median s": round(statistics.median(rec), 3) if rec else None,
+        "recovery max s": round(max(rec), 3) if rec else None,
+        "jobs lost": len(report.lost),
+        "duplicated": len(report.duplicated),
+        "unfinished": len(report.unfinished),
+        "violations": len(report.violations),
+        "final states": report.states,
+        "wall s": round(report.wall_s, 1),
+    }
+
+
+def main() -> None:
+    """Command line: run once, print a table, write JSON under bench/results/."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    d = ChaosConfig()
+    ap.add_argument("--jobs", type=int, default=d.jobs)
+    ap.add_argument("--controller-kills", type=int, default=d.controller_kills)
+    ap.add_argument("--worker-kills", type=int, default=d.worker_kills)
+    ap.add_argument("--fault-rate", type=float, default=d.fault_rate)
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--work", type=Path, default=None, help="keep the run here (default: temp)")
+    a = ap.parse_args()
+    cfg = ChaosConfig(a.jobs, a.controller_kills, a.worker_kills, a.fault_rate, a.seed)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="accelnet-chaos-") as tmp:
+        report = run_chaos(cfg, a.work or Path(tmp))
+    figs = figures(report)
+    for k, v in figs.items():
+        print(f"{k:>20}  {v}")
+    print(f"{'cores':>20}  {os.cpu_count()}")
+    for v in report.violations[:20]:
+        print("VIOLATION", v)
+    out = Path(__file__).parent / "results" / "chaos_bench.json"
+    out.parent.mkdir(exist_ok=True)
+    cmd = " ".join(["python", "bench/chaos_bench.py", *sys.argv[1:]])
+    data = {"command": cmd, "cores": os.cpu_count(), "figures": figs, "report": asdict(report)}
+    out.write_text(json.dumps(data, indent=2, default=str))
+    sys.exit(0 if report.ok() else 1)
+
+
+if __name__ == "__main__":
+    main()
