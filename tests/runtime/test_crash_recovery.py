@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from accelnet.runtime.invariants import check
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.sched import JobState
 
@@ -81,3 +82,4 @@ def test_controller_killed_mid_run_loses_nothing_and_finishes_nothing_twice(
     assert set(ran) == {f"j{i}" for i in range(12)}
     requeued = [j.id for j in jobs if any("restarted" in e.detail for e in store.events(j.id))]
     assert requeued, "the kill should have caught some jobs mid-run"
+    check(store)  # ended once, no device held twice or left held, retries in budget
