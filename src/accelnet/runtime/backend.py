@@ -8,10 +8,13 @@ that can reset devices mixes in :class:`SupportsRefresh`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from accelnet.fabric import Device
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,3 +194,14 @@ class SupportsMembership(ABC):
         """Machines that came up or went away since the last call (each change once, in
         order); the first call also reports the machines that were not there when the
         backend connected."""
+
+
+def lookup_device(devices: Mapping[str, Device], device_id: str) -> Device:
+    """``devices[device_id]``; KeyError naming the device and (some of) the known ones."""
+    try:
+        return devices[device_id]
+    except KeyError:
+        known = sorted(devices)
+        more = f" (and {len(known) - 8} more)" if len(known) > 8 else ""
+        shown = ", ".join(known[:8]) + more
+        raise KeyError(f"unknown device {device_id!r}; known: {shown or 'none'}") from None

@@ -46,6 +46,7 @@ from accelnet.runtime.backend import (
     TaskEventKind,
     TaskSpec,
     WorkerLoss,
+    lookup_device,
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.handoff import HandoffArea
@@ -615,13 +616,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             raise RuntimeError("the backend is closed")
 
     def _device(self, device_id: str) -> Device:
-        try:
-            return self._devices[device_id]
-        except KeyError:
-            known = sorted(self._devices)
-            more = f" (and {len(known) - 8} more)" if len(known) > 8 else ""
-            shown = ", ".join(known[:8]) + more
-            raise KeyError(f"unknown device {device_id!r}; known: {shown or 'none'}") from None
+        return lookup_device(self._devices, device_id)
 
     def _here(self, task: TaskSpec) -> int:
         """How many of the task's gang run on this backend's devices (a backend may hold

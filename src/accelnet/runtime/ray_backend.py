@@ -55,6 +55,7 @@ from accelnet.runtime.backend import (
     TaskEventKind,
     TaskSpec,
     WorkerLoss,
+    lookup_device,
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.ray_agent import AgentSetup, NodeAgent, token_file, unpack_into
@@ -807,13 +808,7 @@ class RayBackend(
             raise RuntimeError("the backend is closed")
 
     def _device(self, device_id: str) -> Device:
-        try:
-            return self._devices[device_id]
-        except KeyError:
-            known = sorted(self._devices)
-            more = f" (and {len(known) - 8} more)" if len(known) > 8 else ""
-            shown = ", ".join(known[:8]) + more
-            raise KeyError(f"unknown device {device_id!r}; known: {shown or 'none'}") from None
+        return lookup_device(self._devices, device_id)
 
 
 def _first_line(exc: BaseException) -> str:

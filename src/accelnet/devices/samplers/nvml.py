@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from accelnet.devices.samplers.nvml_support import (
     NVLINK_COUNTERS,
-    load_pynvml,
     match_gpus,
     nvml_text,
+    start_nvml,
     throttle_names,
 )
-from accelnet.devices.telemetry import DeviceSample, Sampler, SamplerUnavailableError
+from accelnet.devices.telemetry import DeviceSample, Sampler
 
 if TYPE_CHECKING:
     from accelnet.fabric.model import Device
@@ -76,13 +76,7 @@ class NvmlSampler(Sampler):
     ) -> None:
         if slow_every < 1 or max_events < 1:
             raise ValueError(f"slow_every and max_events must be >= 1: {slow_every}, {max_events}")
-        self._nvml = load_pynvml() if nvml is None else nvml
-        try:
-            self._nvml.nvmlInit()
-        except Exception as exc:
-            raise SamplerUnavailableError(
-                f"NVML cannot start ({type(exc).__name__}: {exc}); is an NVIDIA driver loaded?"
-            ) from exc
+        self._nvml = start_nvml(nvml)
         self._open = True
         self._slow_every = slow_every
         self._max_events = max_events

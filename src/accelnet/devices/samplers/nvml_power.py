@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from accelnet.devices.power import PowerControl, PowerLimitError, PowerLimits, check_limit
-from accelnet.devices.samplers.nvml_support import load_pynvml, match_gpus, nvml_text
-from accelnet.devices.telemetry import SamplerUnavailableError
+from accelnet.devices.samplers.nvml_support import match_gpus, nvml_text, start_nvml
 
 if TYPE_CHECKING:
     from accelnet.fabric.model import Device
@@ -50,13 +49,7 @@ class NvmlPowerControl(PowerControl):
         nvml: Any | None = None,
         host: str | None = None,
     ) -> None:
-        self._nvml = load_pynvml() if nvml is None else nvml
-        try:
-            self._nvml.nvmlInit()
-        except Exception as exc:
-            raise SamplerUnavailableError(
-                f"NVML cannot start ({type(exc).__name__}: {exc}); is an NVIDIA driver loaded?"
-            ) from exc
+        self._nvml = start_nvml(nvml)
         self._open = True
         self._error: type[Exception] = self._nvml.NVMLError
         self._gone = tuple(getattr(self._nvml, n) for n in _UNSUPPORTED)

@@ -54,6 +54,19 @@ def load_pynvml() -> Any:
         ) from exc
 
 
+def start_nvml(nvml: Any | None = None) -> Any:
+    """``nvml`` (default: the real ``pynvml``) after ``nvmlInit``; SamplerUnavailableError
+    naming the extra when it is missing, or saying why NVML cannot start."""
+    module = load_pynvml() if nvml is None else nvml
+    try:
+        module.nvmlInit()
+    except Exception as exc:
+        raise SamplerUnavailableError(
+            f"NVML cannot start ({type(exc).__name__}: {exc}); is an NVIDIA driver loaded?"
+        ) from exc
+    return module
+
+
 def pci_bus_key(bus: str) -> str:
     """``00000000:1B:00.0`` and ``0000:1b:00.0`` -> ``0000:1b:00.0`` (as discovery keys)."""
     domain, sep, rest = bus.lower().partition(":")
