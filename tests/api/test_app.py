@@ -201,3 +201,16 @@ def test_tenant_quotas_reach_the_scheduler(api: Api) -> None:
     assert session.tenants["speech"].weight == 3 and "vision" in session.tenants
     c.put(f"{V1}/tenants/speech", headers=admin, json={"quota": {}, "weight": 1})
     assert dict(api.ctx.port.cluster.controller.session.tenants) == {}  # type: ignore[attr-defined]
+
+
+def test_metrics_need_the_scrape_token_when_one_is_set(api: Api) -> None:
+    from accelnet.api.server import build_app
+
+    with TestClient(build_app(api.ctx, "s3cret"), raise_server_exceptions=False) as c:
+        assert c.get("/metrics").status_code == 401
+        assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        ok = c.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert "accelnet_jobs" in ok.text
+    with TestClient(build_app(api.ctx), raise_server_exceptions=False) as c:
+        assert c.get("/metrics").status_code == 200  # no token set: open (loopback)

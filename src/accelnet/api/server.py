@@ -73,6 +73,7 @@ class ServeOptions:
     insecure_bind: bool = False
     device_policy: Path | None = None
     log_level: str = "info"
+    metrics_token: str | None = None  # /metrics needs this bearer token (None: open)
 
 
 def is_loopback(host: str) -> bool:
@@ -132,11 +133,11 @@ def url_of(sock: socket.socket, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{shown}:{port}"
 
 
-def build_app(ctx: ApiContext) -> FastAPI:
+def build_app(ctx: ApiContext, metrics_token: str | None = None) -> FastAPI:
     """The whole server's application: the API, and what mounts next to it (``/metrics``
     and the dashboard install themselves here, each given ``app`` and ``ctx``)."""
     app = create_app(ctx)
-    mount_metrics(app, ctx)
+    mount_metrics(app, ctx, metrics_token)
     mount_dashboard(app, ctx)
     return app
 
@@ -199,7 +200,7 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
             notes.append(f"no admin token yet: accelnet token create --db {opts.db} "
                          "--tenant ops --role admin")  # fmt: skip
         config = uvicorn.Config(
-            build_app(ctx),
+            build_app(ctx, opts.metrics_token),
             log_level=opts.log_level,
             lifespan="off",
             timeout_graceful_shutdown=5,

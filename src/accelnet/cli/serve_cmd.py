@@ -45,6 +45,13 @@ def serve(
         Path | None, typer.Option(help="device remediation policy (YAML; docs/devices.md)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info, debug")] = "info",
+    metrics_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ACCELNET_METRICS_TOKEN",
+            help="bearer token a /metrics scrape must carry (default: open on this host)",
+        ),
+    ] = None,
 ) -> None:
     """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM.
     ``--backend ray`` runs the tasks on a Ray cluster (docs/ray.md)."""
@@ -57,7 +64,7 @@ def serve(
             fabric=fabric, workdir=workdir, host=host, port=port, policy=policy,
             placement=placement, round_s=round_s, rate=rate, burst=burst, max_body=max_body,
             tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
-            device_policy=device_policy, log_level=log_level,
+            device_policy=device_policy, log_level=log_level, metrics_token=metrics_token,
         )  # fmt: skip
         _serve(opts)
 
