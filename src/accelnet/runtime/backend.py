@@ -8,7 +8,7 @@ that can reset devices mixes in :class:`SupportsRefresh`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -205,3 +205,16 @@ def lookup_device(devices: Mapping[str, Device], device_id: str) -> Device:
         more = f" (and {len(known) - 8} more)" if len(known) > 8 else ""
         shown = ", ".join(known[:8]) + more
         raise KeyError(f"unknown device {device_id!r}; known: {shown or 'none'}") from None
+
+
+def check_launch(task: TaskSpec, running: Collection[str]) -> None:
+    """The checks every backend's ``launch`` makes first: exactly one of command and
+    payload, string env values, a task id not already in ``running``; ValueError naming
+    the task otherwise."""
+    if (task.command is None) == (task.payload is None):
+        raise ValueError(f"task {task.task_id}: set exactly one of command and payload")
+    bad = [k for k, v in task.env.items() if not isinstance(v, str)]
+    if bad:
+        raise ValueError(f"task {task.task_id}: env values must be strings: {bad}")
+    if task.task_id in running:
+        raise ValueError(f"task {task.task_id} is already running")

@@ -55,6 +55,7 @@ from accelnet.runtime.backend import (
     TaskEventKind,
     TaskSpec,
     WorkerLoss,
+    check_launch,
     lookup_device,
 )
 from accelnet.runtime.clock import Clock
@@ -229,13 +230,7 @@ class RayBackend(
         group. Raises as :meth:`LocalBackend.launch` does for a malformed spec, an
         unknown or busy device, or a closed backend."""
         self._check_open()
-        if (task.command is None) == (task.payload is None):
-            raise ValueError(f"task {task.task_id}: set exactly one of command and payload")
-        bad = [k for k, v in task.env.items() if not isinstance(v, str)]
-        if bad:
-            raise ValueError(f"task {task.task_id}: env values must be strings: {bad}")
-        if task.task_id in self._tasks:
-            raise ValueError(f"task {task.task_id} is already running")
+        check_launch(task, self._tasks)
         device = self._device(task.device)
         busy = self._busy.get(device.id)
         if busy is not None:
