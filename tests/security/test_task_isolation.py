@@ -3,8 +3,16 @@ database path in its environment, and its job's folders are the service user's o
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +68,65 @@ def test_tasks_see_no_server_secrets_and_private_dirs(secret_server: Server) -> 
     private = [work / "scratch", work / "workers", work / "logs", work / "outputs"]
     for path in private:
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+
+@pytest.fixture(scope="module")
+def runas_server() -> Iterator[Server]:
+    """A root server whose tenant ``vision`` (alice's) runs as ``nobody``; its folders in
+    a place other users can pass (pytest's own tmp folders are root's only)."""
+    base = Path(tempfile.mkdtemp(prefix="accelnet-runas-"))
+    base.chmod(0o711)
+    srv = spawn(base, "--fabric", "mixed-lab", "--rate", "1000", "--burst", "1000",
+                "--run-as", "vision=nobody")  # fmt: skip
+    yield srv
+    srv.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(srv: Server, who: str, run: str) -> tuple[dict[str, Any], str]:
+    with srv.client(who) as c:
+        r = c.post(f"{V1}/jobs", json={"name": "whoami", "run": run})
+        assert r.status_code == 201, r.text
+        jid = str(r.json()["jobs"][0]["id"])
+        job = wait_state(c, jid, {"succeeded", "failed", "cancelled"})
+        return job, c.get(f"{V1}/jobs/{jid}/logs").text
+
+
+@needs_root
+def test_a_mapped_tenants_tasks_run_as_its_user_and_cannot_read_the_service(
+    runas_server: Server,
+) -> None:
+    srv = runas_server
+    work = srv.db.parent / "work"
+    nobody = pwd.getpwnam("nobody")
+    run = (f'id -u; pwd; echo "SCRATCH $ACCELNET_SCRATCH"; cat {srv.db} >/dev/null && echo DB; '
+           f"ls {work}/logs >/dev/null && echo LOGS; ls {work}/scratch >/dev/null && echo LIST; "
+           'mkdir -p "$ACCELNET_OUTPUT" && echo o > "$ACCELNET_OUTPUT/o" && echo OUT')  # fmt: skip
+    job, out = _run(srv, "alice", run)
+    assert job["state"] == "succeeded", (job, out)
+    lines = out.splitlines()
+    assert lines[0] == str(nobody.pw_uid)
+    assert lines[2] == f"SCRATCH {lines[1]}"  # it works in its own scratch folder
+    assert "DB" not in lines and "LOGS" not in lines and "LIST" not in lines  # all refused
+    assert "OUT" in lines  # its job's output folder is its own
+    assert stat.S_IMODE(srv.db.stat().st_mode) == 0o600
+    job, out = _run(srv, "bob", "id -u")  # tenant speech: not mapped, the service's user
+    assert job["state"] == "succeeded" and out.strip() == "0"
+
+
+@needs_root
+def test_run_as_refuses_a_bad_mapping_or_a_workdir_the_user_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    for args, message in (
+        (["--run-as", "vision=no-such-user-x"], "no user 'no-such-user-x' on this machine"),
+        (["--run-as", "vision"], "expected TENANT=USER"),
+        (["--run-as", "vision=nobody"], "is not passable by other users"),  # pytest's tmp
+    ):
+        cmd = [sys.executable, "-c", "from accelnet.cli.main import main; main()", "serve",
+               "--port", "0", "--db", str(tmp_path / "s.db"), *args]  # fmt: skip
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and message in " ".join(done.stderr.split()), done.stderr

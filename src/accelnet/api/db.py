@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from accelnet.runtime.privacy import private_db
+
 API_SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,6 +63,8 @@ class ApiDb:
         self.path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         try:
+            if self.path is not None:
+                private_db(self.path)
             self._db = sqlite3.connect(
                 str(self.path) if self.path is not None else ":memory:",
                 check_same_thread=False,
@@ -72,7 +76,7 @@ class ApiDb:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             row = self._db.execute("SELECT value FROM api_meta WHERE key='version'").fetchone()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise ApiDbError(f"{self.path or ':memory:'}: {exc}") from None
         if row is None:
             self._db.execute(

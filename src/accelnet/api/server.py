@@ -40,6 +40,7 @@ from accelnet.api.port import LocalClusterPort
 from accelnet.api.tokens import Role
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.ray_connect import RayOptions
+from accelnet.runtime.runas import OsUser, RunAsError, parse_run_as, untraversable
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched.policies import make_scheduler
 
@@ -74,6 +75,7 @@ class ServeOptions:
     device_policy: Path | None = None
     log_level: str = "info"
     metrics_token: str | None = None  # /metrics needs this bearer token (None: open)
+    run_as: tuple[str, ...] = ()  # TENANT=USER: that tenant's tasks run as USER (root only)
 
 
 def is_loopback(host: str) -> bool:
@@ -109,6 +111,29 @@ def check(opts: ServeOptions) -> None:
         raise ServeError(f"--burst {opts.burst}: at least 1")
     if opts.max_body < 1024:
         raise ServeError(f"--max-body {opts.max_body}: at least 1024 bytes")
+    if opts.run_as and opts.backend != "local":
+        raise ServeError("--run-as works with the local backend only")
+
+
+def run_as_users(opts: ServeOptions, workdir: Path | None) -> dict[str, OsUser]:
+    """The ``--run-as`` map; ServeError naming the item, or the folder above ``workdir``
+    that the users could not pass (they work in folders under it)."""
+    try:
+        users = parse_run_as(opts.run_as)
+    except RunAsError as exc:
+        raise ServeError(str(exc)) from None
+    if users:
+        if workdir is None:
+            raise ServeError("--run-as needs --db or --workdir: the tasks' folders go there")
+        blocked = untraversable(workdir.resolve().parent)
+        if blocked is not None:
+            raise ServeError(
+                f"--run-as: {blocked} is not passable by other users (mode "
+                f"{blocked.stat().st_mode & 0o777:o}), so tasks run as them cannot reach "
+                f"their folders in {workdir}; give it o+x (chmod o+x {blocked}) or choose "
+                "another --workdir"
+            )
+    return users
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -181,10 +206,11 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     workdir = opts.workdir
     if workdir is None and opts.db is not None:
         workdir = opts.db.resolve().parent / f"{opts.db.stem}-work"
+    users = run_as_users(opts, workdir)
     db = ApiDb(opts.db)
     ray = RayOptions(opts.ray_address or "auto") if opts.backend == "ray" else None
     cluster = LocalCluster(opts.fabric, workdir, opts.db, scheduler, policy=opts.device_policy,
-                           ray=ray)  # fmt: skip
+                           ray=ray, run_as=users)  # fmt: skip
     port = LocalClusterPort(cluster)
     try:
         cluster.start()

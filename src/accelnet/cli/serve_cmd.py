@@ -52,6 +52,13 @@ def serve(
             help="bearer token a /metrics scrape must carry (default: open on this host)",
         ),
     ] = None,
+    run_as: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="TENANT=USER: run that tenant's tasks as USER (*=USER: every other "
+            "tenant); the server must run as root (docs/runtime.md)"
+        ),
+    ] = None,
 ) -> None:
     """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM.
     ``--backend ray`` runs the tasks on a Ray cluster (docs/ray.md)."""
@@ -65,6 +72,7 @@ def serve(
             placement=placement, round_s=round_s, rate=rate, burst=burst, max_body=max_body,
             tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
             device_policy=device_policy, log_level=log_level, metrics_token=metrics_token,
+            run_as=tuple(run_as or ()),
         )  # fmt: skip
         _serve(opts)
 

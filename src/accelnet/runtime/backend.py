@@ -32,6 +32,7 @@ class TaskSpec:
     :class:`SupportsLiveLogs` says where the output of a running task is meanwhile.
     ``attempt`` counts the job's launches (from 1); ``inputs`` maps each alias to the job
     whose outputs the task consumes, which a :class:`SupportsHandoff` backend hands over.
+    ``tenant`` is the job's (a backend may run a tenant's tasks as a user of its own).
     """
 
     task_id: str
@@ -47,6 +48,7 @@ class TaskSpec:
     log_dir: str = "."
     attempt: int = 1
     inputs: dict[str, str] = field(default_factory=dict)
+    tenant: str = "default"
 
 
 class TaskEventKind(StrEnum):

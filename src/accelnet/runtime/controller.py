@@ -410,6 +410,7 @@ class Controller:
                     log_dir=str(log_dir),
                     attempt=attempt,
                     inputs=dict(rec.inputs),
+                    tenant=rec.spec.tenant,
                 )
             )
 

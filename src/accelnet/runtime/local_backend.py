@@ -51,6 +51,7 @@ from accelnet.runtime.backend import (
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.handoff import HandoffArea
+from accelnet.runtime.runas import OsUser, hand_over, task_identity, user_for
 from accelnet.runtime.taskenv import device_env, device_path, scrub_env, task_env_delta
 
 Recycle = Literal["always", "after-python", "never"]
@@ -117,10 +118,12 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         shm_base: Path | None = None,
         heartbeat_s: float | None = 1.0,
         device_reset: Callable[[Device], tuple[bool, str]] | None = None,
+        run_as: Mapping[str, OsUser] | None = None,
     ) -> None:
         if recycle not in RECYCLE_POLICIES:
             raise ValueError(f"unknown recycle policy {recycle!r}; valid: {RECYCLE_POLICIES}")
         self._devices = dict(devices)
+        self._run_as = dict(run_as or {})
         self._workdir = Path(workdir).resolve()
         self._handoff = HandoffArea(self._workdir, shm_base)
         self._clock = clock
@@ -180,6 +183,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "timeout_s": task.timeout_s,
             "grace_s": self._kill_grace_s,
             "sys_path": None,
+            "user": None,
+            "cwd": None,
         }
         try:
             if task.payload is not None:
@@ -193,6 +198,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                     req["payload_path"] = str(spill)
             if w is None:
                 w = self._start(device)
+            user = user_for(self._run_as, task.tenant)
+            if user is not None:
+                self._hand_over(task, device, user, req)
         except OSError as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
@@ -204,6 +212,15 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         w.task = _Task(task)
         self._tasks[task.task_id] = device.id
         self._send(w, ("run", req))
+
+    def _hand_over(self, task: TaskSpec, device: Device, user: OsUser, req: dict[str, Any]) -> None:
+        """Make ``task`` run as ``user`` (:mod:`accelnet.runtime.runas`): its scratch folder
+        (its working folder) and its job's output folder become the user's."""
+        scratch = self._scratch(device)
+        hand_over(scratch, user, self._workdir)
+        hand_over(self._handoff.output(task.job_id), user, self._workdir)
+        req["user"], req["cwd"] = user.to_wire(), str(scratch)
+        req["env"] = {**task_identity(user, str(scratch)), **req["env"]}
 
     def cancel(self, task_id: str) -> None:
         """Stop a running task and its whole process tree; a no-op if it is not running.
@@ -314,6 +331,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         scratch = self._scratch(dev)
         try:
             _private_dir(scratch)
+            if self._run_as and scratch.stat().st_uid != os.geteuid():  # back from a user
+                os.chown(scratch, os.geteuid(), os.getegid())
             for entry in scratch.iterdir():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry)
@@ -642,5 +661,6 @@ def _private_dir(path: Path) -> None:
     """Make ``path`` (and missing parents) and leave it readable by its owner only (0700):
     one user's tasks cannot read another's scratch, logs or payloads. Raises ``OSError``."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o777 != 0o700:
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o066 or mode & 0o700 != 0o700:  # o+x (0711, :func:`runas.hand_over`) is kept
         path.chmod(0o700)

@@ -38,6 +38,7 @@ from accelnet.runtime.controller import Controller
 from accelnet.runtime.history_keeper import HISTORY_WIDTH_S, HistoryKeeper
 from accelnet.runtime.local_backend import LocalBackend, Recycle
 from accelnet.runtime.power_care import PowerCare, default_controls
+from accelnet.runtime.runas import OsUser
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import Event, JobRecord, MemoryStore, Store
@@ -137,7 +138,8 @@ class LocalCluster(DeviceOps):
     ``history_s``: the width of the telemetry buckets kept in the store. With ``ray``
     (docs/ray.md) tasks run on a Ray cluster's nodes, whose devices make the fabric (or
     those of ``fabric``, which then declares the machines); their telemetry is not
-    sampled and power caps are recorded, not enforced."""
+    sampled and power caps are recorded, not enforced. ``run_as`` maps tenants to the users
+    of this machine their tasks run as (:mod:`accelnet.runtime.runas`; needs root)."""
 
     def __init__(
         self,
@@ -155,7 +157,10 @@ class LocalCluster(DeviceOps):
         power_control: PowerControl | None = None,
         history_s: float = HISTORY_WIDTH_S,
         ray: RayOptions | None = None,
+        run_as: Mapping[str, OsUser] | None = None,
     ) -> None:
+        if run_as and ray is not None:
+            raise ValueError("run_as: tasks run as another user on the local backend only")
         if isinstance(policy, str | Path):
             policy = load_policy(policy)
         self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="accelnet-")
@@ -177,6 +182,7 @@ class LocalCluster(DeviceOps):
                 recycle=recycle,
                 emulated=emulated,
                 device_reset=NvidiaSmiReset(),  # real NVIDIA GPUs only, where permitted
+                run_as=run_as,
             )
             samplers = default_samplers(self.fabric, local, emulated) if health else []
         self.store: Store = SqliteStore(db) if db is not None else MemoryStore()

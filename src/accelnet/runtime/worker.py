@@ -247,6 +247,7 @@ class Worker:
 
     def _run_command(self, req: dict[str, Any], out: int, err: int) -> None:
         task_id: str = req["task_id"]
+        user = req.get("user")  # (name, uid, gid, home): run as that user (docs/runas)
         proc = subprocess.Popen(
             ["/bin/sh", "-c", req["command"]],
             stdin=subprocess.DEVNULL,
@@ -254,6 +255,11 @@ class Worker:
             stderr=err,
             env={**self.base_env, **req["env"]},
             start_new_session=True,
+            cwd=req.get("cwd"),
+            user=None if user is None else user[1],
+            group=None if user is None else user[2],
+            extra_groups=None if user is None else [],
+            umask=-1 if user is None else 0o077,
         )
         child = self.child = _Child(proc)
         started = time.monotonic()
@@ -313,26 +319,11 @@ class Worker:
             self._finish(req, "failed", error=f"the payload could not be unpickled: {e!r}")
             return
         self._send(("started", task_id, os.getpid(), time.monotonic()))
-        kind, code, error, result = "failed", None, None, None
-        with _redirected(out, err, self.base_env, req["env"]):
-            try:
-                value = fn(*args, **kwargs)
-            except SystemExit as e:  # sys.exit() in a function: judge it as a process's exit
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                kind = "succeeded" if code == 0 else "failed"
-                error = None if code == 0 else f"sys.exit({e.code!r})"
-            except BaseException:
-                text = traceback.format_exc()
-                sys.stderr.write(text)
-                error = "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
-            else:
-                try:
-                    result = cloudpickle.dumps(value)
-                    kind, code = "succeeded", 0
-                except BaseException as e:
-                    sys.stderr.write(traceback.format_exc())
-                    error = f"the return value could not be pickled: {e!r}"
-        self._finish(req, kind, code, error, result)
+        if req.get("user") is not None:
+            self._finish(req, *_call_as(req["user"], req["cwd"], fn, args, kwargs, (out, err),
+                                        self.base_env, req["env"]))  # fmt: skip
+            return
+        self._finish(req, *_call(fn, args, kwargs, (out, err), self.base_env, req["env"]))
 
     def _finish(
         self,
@@ -347,6 +338,79 @@ class Worker:
         if failed is not None:
             error = f"{error}; {failed}" if error else failed
         self._done(req["task_id"], kind, exit_code, error, result)
+
+
+_Outcome = tuple[str, int | None, str | None, bytes | None]  # kind, exit code, error, result
+
+
+def _call(
+    fn: Any, args: Any, kwargs: Any, fds: tuple[int, int], base: dict[str, str],
+    env: dict[str, str],
+) -> _Outcome:  # fmt: skip
+    """Run a payload's function here, its output to ``fds``; how it ended."""
+    import cloudpickle  # noqa: PLC0415 (loaded by the caller already)
+
+    kind, code, error, result = "failed", None, None, None
+    with _redirected(*fds, base, env):
+        try:
+            value = fn(*args, **kwargs)
+        except SystemExit as e:  # sys.exit() in a function: judge it as a process's exit
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            kind = "succeeded" if code == 0 else "failed"
+            error = None if code == 0 else f"sys.exit({e.code!r})"
+        except BaseException:
+            text = traceback.format_exc()
+            sys.stderr.write(text)
+            error = "\n".join(text.rstrip().splitlines()[-ERROR_LINES:])
+        else:
+            try:
+                result = cloudpickle.dumps(value)
+                kind, code = "succeeded", 0
+            except BaseException as e:
+                sys.stderr.write(traceback.format_exc())
+                error = f"the return value could not be pickled: {e!r}"
+    return kind, code, error, result
+
+
+def _call_as(
+    user: tuple[str, int, int, str], cwd: str, fn: Any, args: Any, kwargs: Any,
+    fds: tuple[int, int], base: dict[str, str], env: dict[str, str],
+) -> _Outcome:  # fmt: skip
+    """Run a payload's function in a child of this process that has become ``user`` (no
+    supplementary groups, umask 077, in ``cwd``); how it ended, sent back over a pipe. A
+    child killed by a signal, or one that cannot drop to the user, is a failure."""
+    import pickle  # noqa: PLC0415
+
+    r, w = os.pipe()
+    _flush()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the user, call, report, exit without cleanup
+        status = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(user[2])
+            os.setuid(user[1])
+            os.umask(0o077)
+            os.chdir(cwd)
+            outcome: _Outcome = _call(fn, args, kwargs, fds, base, env)
+        except BaseException as e:
+            outcome = ("failed", None, f"could not run as user {user[0]}: {e!r}", None)
+        try:
+            with os.fdopen(w, "wb") as f:
+                pickle.dump(outcome, f)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, wait_status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
+    if not data:
+        return "failed", code, f"the task's process (user {user[0]}) {describe_exit(code)}", None
+    outcome = pickle.loads(data)
+    return outcome
 
 
 def move_log(spool: str, dest: str) -> None:
