@@ -87,7 +87,7 @@ def test_another_tenant_gets_nothing_of_visions_from_any_endpoint(srv: Server) -
         live = alice.post(f"{V1}/jobs", json={"name": "vision-live", "run": "sleep 60"})
         live_id = live.json()["jobs"][0]["id"]
         job = wait_state(alice, live_id, {"running"})
-        device = job["devices"][0]
+        device = str(job["devices"][0])  # type: ignore[index]
         before = _state(admin, [done_id, live_id], device)
         ops = _operations(spec)
         assert len(ops) >= 20, ops
