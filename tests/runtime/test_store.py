@@ -14,7 +14,7 @@ from accelnet.devices.history import HistoryBucket, downsample
 from accelnet.devices.telemetry import DeviceSample
 from accelnet.fabric import DomainLevel
 from accelnet.runtime.sqlite_store import SqliteStore
-from accelnet.runtime.store import JobRecord, MemoryStore, Store, StoreError
+from accelnet.runtime.store import IdempotencyRecord, JobRecord, MemoryStore, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement
 from accelnet.statemachine import IllegalTransitionError
 
@@ -84,7 +84,7 @@ def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value='99' WHERE key='version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 4"):
+    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 5"):
         SqliteStore(db)
     assert os.path.exists(db)
 
@@ -122,7 +122,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> Non
     assert again.get("old-1").attained == (("H100-SXM", 12.5),)
     assert again.get("old-1").done == 40.0
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("4",)
+    assert version.fetchone() == ("5",)
 
 
 def test_inputs_are_kept_and_jobs_found_by_name(store: Store) -> None:
@@ -175,7 +175,7 @@ def test_a_version_2_store_is_migrated_with_names_and_no_inputs(tmp_path: Path) 
     assert again.get("new-1").inputs == (("src", "old-2"),)
     assert again.get("new-1").spec.inputs == {"src": "old"}
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("4",)
+    assert version.fetchone() == ("5",)
 
 
 def bucket(dev: str, start: float, util: float, n: int = 1) -> HistoryBucket:
@@ -245,4 +245,66 @@ def test_a_version_3_store_is_migrated_with_no_energy_and_an_empty_history(
     assert len(again.history("a/cpu0")) == 1
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("4",)
+    assert version.fetchone() == ("5",)
+
+
+def test_atomic_writes_are_kept_together_or_not_at_all(store: Store) -> None:
+    store.add(JobRecord("before", SPEC, JobState.PENDING, 1.0))
+    key = IdempotencyRecord("t", "k1", "f", ("a-1", "a-2"), 2.0)
+    with store.atomic():
+        store.add(JobRecord("a-1", SPEC, JobState.PENDING, 2.0))
+        with store.atomic():  # nested: joins the outer one
+            store.add(JobRecord("a-2", SPEC, JobState.PENDING, 2.0))
+            store.transition("a-2", JobState.ADMITTED, 2.0, "fits")
+        store.keep_idempotency(key, 0.0)
+    assert [j.id for j in store.jobs()] == ["before", "a-1", "a-2"]
+    assert store.idempotency("t", "k1", 0.0) == key
+    events = len(store.events())
+    with pytest.raises(RuntimeError, match="crash"), store.atomic():
+        store.add(JobRecord("b-1", SPEC, JobState.PENDING, 3.0))
+        store.transition("before", JobState.ADMITTED, 3.0, "fits")
+        store.set_device("h/gpu0", DeviceState.READY, 3.0, "probed")
+        store.keep_idempotency(IdempotencyRecord("t", "k2", "f", ("b-1",), 3.0), 0.0)
+        raise RuntimeError("crash")
+    assert [j.id for j in store.jobs()] == ["before", "a-1", "a-2"]
+    assert store.get("before").state is JobState.PENDING
+    assert len(store.events()) == events and store.events("b-1") == []
+    assert store.devices() == {} and store.idempotency("t", "k2", 0.0) is None
+    store.add(JobRecord("b-1", SPEC, JobState.PENDING, 4.0))  # the id is free again
+    assert [e.kind for e in store.events("b-1")] == ["job:pending"]
+
+
+def test_idempotency_keys_are_per_tenant_and_forgotten_after_their_time(store: Store) -> None:
+    a = IdempotencyRecord("vision", "k", "f1", ("j-1",), 10.0)
+    store.keep_idempotency(a, 0.0)
+    store.keep_idempotency(IdempotencyRecord("speech", "k", "f2", ("j-2",), 11.0), 0.0)
+    with pytest.raises(StoreError, match="'k' of vision is kept"):
+        store.keep_idempotency(IdempotencyRecord("vision", "k", "f3", ("j-3",), 12.0), 0.0)
+    assert store.idempotency("vision", "k", 5.0) == a
+    assert store.idempotency("vision", "k", 10.5) is None  # older than asked for
+    assert store.idempotency("vision", "other", 0.0) is None
+    newer = IdempotencyRecord("vision", "k", "f4", ("j-4",), 30.0)
+    store.keep_idempotency(newer, 10.5)  # drops the records before 10.5: vision's k is free
+    assert [(r.tenant, r.jobs) for r in store.idempotency_records()] == [
+        ("speech", ("j-2",)),
+        ("vision", ("j-4",)),
+    ]
+
+
+def test_a_version_4_store_is_migrated_with_no_keys(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "v4.db"
+    SqliteStore(db).close()
+    con = sqlite3.connect(db)  # back to version 4: no idempotency table
+    con.executescript("DROP TABLE idempotency; UPDATE meta SET value='4' WHERE key='version';")
+    con.close()
+    store = SqliteStore(db)
+    assert store.idempotency_records() == []
+    store.keep_idempotency(IdempotencyRecord("t", "k", "f", ("j",), 1.0), 0.0)
+    store.close()
+    again = SqliteStore(db)
+    assert [r.key for r in again.idempotency_records()] == ["k"]
+    again.close()
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == ("5",)

@@ -6,7 +6,16 @@ accelerators``), the tenant (a non-admin submits for its own tenant only; a job 
 ``tenant`` is the token's), whether the fabric can ever run it, its ``inputs`` (ids or
 names of the tenant's jobs, or of earlier jobs in the same request), and its tenant's
 quota (:mod:`accelnet.api.quota`; 422 ``over_quota``). Submissions are serialised, so
-two requests cannot both take the last of a quota.
+two requests cannot both take the last of a quota. The jobs of one request are stored in
+one transaction (:meth:`accelnet.api.port.ClusterPort.submit_all`).
+
+Idempotency: a request with an ``Idempotency-Key`` (1 to 255 characters, no control
+characters) is kept under the principal's tenant and that key, with a fingerprint of its
+body (SHA-256 of its canonical JSON) and the ids of the jobs it made, in the same
+transaction as those jobs, for :data:`KEY_KEEP_S` (24 h). The same key again within that
+time: the jobs it made are answered (201, :attr:`Admitted.replayed`), nothing new is
+made, nothing is checked again (quota); with another body: 409 naming the key. After
+that time the key may make new jobs.
 
 The quota ledger follows the store's event log (``job:starting``, ``job:admitted``,
 finished states) before each check, so it knows where jobs run and which have ended. The
@@ -16,11 +25,14 @@ change.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
+import unicodedata
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -31,7 +43,7 @@ from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Principal
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.controller import JobRejectedError
-from accelnet.runtime.store import JobRecord, StoreError
+from accelnet.runtime.store import IdempotencyRecord, JobRecord, StoreError
 from accelnet.sched import JobSpec, JobState, Tenant
 from accelnet.sched.request import eligible_classes, rejection
 from accelnet.sched.topology import Topology
@@ -41,6 +53,41 @@ LIVE = (JobState.PENDING, JobState.ADMITTED, JobState.STARTING, JobState.RUNNING
         JobState.PREEMPTING)  # fmt: skip
 _FOLLOWED = ("job:starting", "job:admitted", "job:succeeded", "job:failed", "job:cancelled")
 MAX_ISSUES = 10
+KEY_HEADER: Final = "Idempotency-Key"
+KEY_KEEP_S: Final = 24 * 3600.0
+"""How long an idempotency key answers with the jobs it made (then it is forgotten)."""
+MAX_KEY = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The jobs of a submission; ``replayed``: an earlier request with the same
+    idempotency key made them (nothing new was made)."""
+
+    jobs: list[JobRecord]
+    replayed: bool = False
+
+
+def check_key(key: str | None) -> str | None:
+    """The ``Idempotency-Key`` header's value, or None without one; 422 naming the header
+    for an empty one, one over 255 characters, or one with control characters."""
+    if key is None:
+        return None
+    if not key:
+        raise invalid(f"{KEY_HEADER} is empty: 1 to {MAX_KEY} characters", KEY_HEADER)
+    if len(key) > MAX_KEY:
+        raise invalid(f"{KEY_HEADER} has {len(key)} characters; at most {MAX_KEY}", KEY_HEADER)
+    bad = next((c for c in key if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise invalid(f"{KEY_HEADER} holds a control character ({bad!r})", KEY_HEADER)
+    return key
+
+
+def fingerprint(data: Any) -> str:
+    """SHA-256 of the body's canonical JSON (keys sorted, no spaces): the same request
+    however its keys were ordered or spaced."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def parse_json(raw: bytes) -> Any:
@@ -85,12 +132,24 @@ class Admission:
             self._push()
 
     # ----- public -------------------------------------------------------------------
-    def submit(self, who: Principal, data: Any) -> list[JobRecord]:
+    def submit(self, who: Principal, data: Any, key: str | None = None) -> Admitted:
         """Check every job of ``data`` (one spec or ``{"jobs": [...]}``) and submit them
-        in order; ApiError (422 invalid / over_quota, 403) and nothing stored if one fails."""
+        in order, in one transaction; ApiError (422 invalid / over_quota, 403) and nothing
+        stored if one fails. ``key``: the request's idempotency key (checked with
+        :func:`check_key`; see the module docstring)."""
+        mark = "" if key is None else fingerprint(data)
+        if key is not None:
+            with self._lock:
+                earlier = self._replay(who, key, mark)
+            if earlier is not None:
+                return earlier
         items, prefix = self._split(data)
         specs = [self._spec(who, item, self._where(prefix, i)) for i, item in enumerate(items)]
         with self._lock:
+            if key is not None:  # made meanwhile by a request that was in flight
+                earlier = self._replay(who, key, mark)
+                if earlier is not None:
+                    return earlier
             self._sync()
             for tenant in sorted({s.tenant for s in specs}):
                 self._known_tenant(who, tenant, specs, prefix)
@@ -110,18 +169,40 @@ class Admission:
                     field = self._where(prefix, i) + "resources.accelerators"
                     raise ApiError(422, "over_quota", over.message(), field)
             self._push(extra={s.tenant for s in specs})
-            out = []
-            for spec, inputs, jid, charge in zip(specs, resolved, ids, charges, strict=True):
-                final = spec.model_copy(update={"inputs": inputs}) if inputs else spec
-                try:
-                    self.port.submit(final, jid)
-                except JobRejectedError as exc:
-                    raise invalid(str(exc)) from None
-                except StoreError as exc:
-                    raise conflict(str(exc)) from None
+            finals = [s.model_copy(update={"inputs": i}) if i else s
+                      for s, i in zip(specs, resolved, strict=True)]  # fmt: skip
+            now = self.clock.now()
+            kept = (
+                None if key is None else IdempotencyRecord(who.tenant, key, mark, tuple(ids), now)
+            )
+            try:
+                self.port.submit_all(list(zip(finals, ids, strict=True)), kept,
+                                     now - KEY_KEEP_S)  # fmt: skip
+            except JobRejectedError as exc:
+                raise invalid(str(exc)) from None
+            except StoreError as exc:
+                raise conflict(str(exc)) from None
+            for jid, charge in zip(ids, charges, strict=True):
                 self._ledger.charge(jid, charge)
-                out.append(self.port.store.get(jid))
-            return out
+            return Admitted([self.port.store.get(jid) for jid in ids])
+
+    def _replay(self, who: Principal, key: str, mark: str) -> Admitted | None:
+        """The jobs an earlier request made under ``key`` (of the principal's tenant,
+        within :data:`KEY_KEEP_S`), or None; 409 if that request had another body."""
+        found = self.port.store.idempotency(who.tenant, key, self.clock.now() - KEY_KEEP_S)
+        if found is None:
+            return None
+        if found.fingerprint != mark:
+            raise ApiError(
+                409, "conflict",
+                f"{KEY_HEADER} {short_repr(key)} was used by an earlier request with another "
+                f"body (jobs {', '.join(found.jobs)}); use a new key for a new request",
+                KEY_HEADER,
+            )  # fmt: skip
+        try:
+            return Admitted([self.port.store.get(jid) for jid in found.jobs], replayed=True)
+        except StoreError as exc:
+            raise conflict(f"{KEY_HEADER} {short_repr(key)}: {exc}") from None
 
     def committed(self, tenant: str) -> dict[str, float]:
         """What the tenant's live jobs count against its quota, per model and ``*``."""

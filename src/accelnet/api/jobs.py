@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from accelnet.api.admission import Admission, parse_json
+from accelnet.api.admission import Admission, check_key, parse_json
 from accelnet.api.errors import conflict, invalid, not_found
 from accelnet.api.models import EventOut, EventsOut, JobOut, JobsOut
 from accelnet.api.port import ClusterPort
@@ -122,9 +122,15 @@ class JobService:
             raise not_found(f"no job {job_id!r}")
         return rec
 
-    def submit(self, who: Principal, raw: bytes) -> list[JobOut]:
-        """Admit the jobs of a request body (see :mod:`accelnet.api.admission`)."""
-        return [self.out(r) for r in self.admission.submit(who, parse_json(raw))]
+    def submit(
+        self, who: Principal, raw: bytes, key: str | None = None
+    ) -> tuple[list[JobOut], bool]:
+        """Admit the jobs of a request body, under the request's ``Idempotency-Key`` if it
+        has one (see :mod:`accelnet.api.admission`); the jobs, and whether an earlier
+        request with that key made them (a replay)."""
+        key = check_key(key)
+        admitted = self.admission.submit(who, parse_json(raw), key)
+        return [self.out(r) for r in admitted.jobs], admitted.replayed
 
     def list(
         self,

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from accelnet.fabric import Fabric
 from accelnet.runtime.care import Answer
+from accelnet.runtime.controller import JobRejectedError
 from accelnet.runtime.device_view import DeviceStatus, from_store
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.store import Store
+from accelnet.runtime.store import IdempotencyRecord, Store
 from accelnet.sched import JobSpec, Scheduler, Tenant
+from accelnet.sched.request import rejection
 from accelnet.sched.rounds import RoundScheduler
 from accelnet.sched.session import Session
 
@@ -49,6 +51,18 @@ class ClusterPort(Protocol):
     def submit(self, spec: JobSpec, job_id: str) -> str:
         """Accept a job under ``job_id`` (durable on return); JobRejectedError if the
         fabric can never run it."""
+        ...
+
+    def submit_all(
+        self,
+        jobs: Sequence[tuple[JobSpec, str]],
+        key: IdempotencyRecord | None = None,
+        forget_before: float = -math.inf,
+    ) -> None:
+        """Accept the jobs ``(spec, job id)``, in order, and keep ``key`` (the request's
+        idempotency key; keys older than ``forget_before`` are dropped), in one store
+        transaction: all durable on return, or none stored. JobRejectedError (nothing
+        stored) if the fabric can never run one."""
         ...
 
     def cancel(self, job_id: str) -> None:
@@ -113,6 +127,32 @@ class LocalClusterPort:
     def submit(self, spec: JobSpec, job_id: str) -> str:
         """See :class:`ClusterPort`."""
         return self.cluster.submit_spec(spec, job_id).id
+
+    def submit_all(
+        self,
+        jobs: Sequence[tuple[JobSpec, str]],
+        key: IdempotencyRecord | None = None,
+        forget_before: float = -math.inf,
+    ) -> None:
+        """See :class:`ClusterPort`: under the cluster's lock (taken before the store's,
+        as the controller's thread takes them), one :meth:`~accelnet.runtime.store.Store.
+        atomic` around the controller's submissions and the key. Every spec is checked
+        against the fabric first, so that a refusal never comes half-way."""
+        c = self.cluster
+        with c._lock:
+            for spec, _ in jobs:
+                never = rejection(spec, c.controller.topology)
+                if never is not None:
+                    raise JobRejectedError(
+                        f"job {spec.name}: {never.key} = {never.value!r}: {never.message}"
+                    )
+            with c.store.atomic():
+                for spec, job_id in jobs:
+                    c.controller.submit(spec, None, job_id)
+                if key is not None:
+                    c.store.keep_idempotency(key, forget_before)
+            c.controller.wake()
+        c.backend.wakeup()  # end the controller's poll wait now
 
     def cancel(self, job_id: str) -> None:
         """See :class:`ClusterPort`."""

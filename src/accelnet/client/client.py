@@ -10,16 +10,23 @@
 Every call blocks until the server answers and raises :class:`ApiError` when it refuses
 (``status``, ``code``, ``message``, ``field``) or cannot be reached (``status`` 0). A 429
 is retried after the server's ``Retry-After`` (``rate_retries`` times; the request was not
-carried out, so a retried submission is never doubled). A client is thread-safe (one
-httpx connection pool); close it, or use it as a context manager.
+carried out, so a retried submission is never doubled). :meth:`Client.submit` sends an
+``Idempotency-Key`` (a new UUID per call) and retries, with that same key, what may have
+failed half-way (no answer, a timeout, a 5xx) for up to ``submit_retry_s`` seconds: the
+server answers a retry with the jobs the first attempt made, so a submission that returns
+was stored exactly once. A client is thread-safe (one httpx connection pool); close it,
+or use it as a context manager.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import ssl
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
@@ -48,6 +55,9 @@ from accelnet.client.streams import Stream, sse_events
 
 V1 = "/api/v1"
 MAX_BATCH = 1000
+KEY_HEADER = "Idempotency-Key"
+FIRST_PAUSE_S = 0.05  # between two tries of a submission: doubling, jittered, at most
+MAX_PAUSE_S = 1.0
 DEVICE_OPS = ("drain", "undrain", "reset", "probe")
 JobRef = str | JobOut
 """A job: its id, or a :class:`JobOut`."""
@@ -78,9 +88,10 @@ class Client:
     ``url``: the server (``http://127.0.0.1:8765``; the scheme defaults to http);
     ``token``: a bearer token (``accelnet token create``); ``timeout``: seconds for each
     call (streams wait for data without limit); ``rate_retries``: how often a 429 is
-    retried; ``verify``: TLS verification (True, False, a CA bundle's path or an
-    ``ssl.SSLContext``); ``transport``: an
-    httpx transport (tests)."""
+    retried; ``submit_retry_s``: how long :meth:`submit` retries a submission that got
+    no answer, a timeout or a 5xx (0: not at all); ``verify``: TLS verification (True,
+    False, a CA bundle's path or an ``ssl.SSLContext``); ``transport``: an
+    httpx transport (tests). ``submit_retries`` counts the retries made so far."""
 
     def __init__(
         self,
@@ -89,12 +100,17 @@ class Client:
         *,
         timeout: float = 30.0,
         rate_retries: int = 3,
+        submit_retry_s: float = 30.0,
         verify: bool | str | ssl.SSLContext = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = base_url(url)
         self.rate_retries = rate_retries
+        self.submit_retry_s = submit_retry_s
+        self.submit_retries = 0
         self.timeout = timeout
+        self._count_lock = threading.Lock()
+        self._jitter = random.Random()
         headers = {"User-Agent": "accelnet-client"}
         if token:
             headers["Authorization"] = f"Bearer {token.strip()}"
@@ -216,18 +232,34 @@ class Client:
     # -- jobs ------------------------------------------------------------------------
 
     @overload
-    def submit(self, jobs: JobLike) -> JobOut: ...
+    def submit(self, jobs: JobLike, *, idempotency_key: str | None = None) -> JobOut: ...
 
     @overload
-    def submit(self, jobs: str | os.PathLike[str]) -> list[JobOut]: ...
+    def submit(
+        self, jobs: str | os.PathLike[str], *, idempotency_key: str | None = None
+    ) -> list[JobOut]: ...
 
     @overload
-    def submit(self, jobs: Sequence[JobLike | str | os.PathLike[str]]) -> list[JobOut]: ...
+    def submit(
+        self,
+        jobs: Sequence[JobLike | str | os.PathLike[str]],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[JobOut]: ...
 
     def submit(
-        self, jobs: JobLike | str | os.PathLike[str] | Sequence[JobLike | str | os.PathLike[str]]
+        self,
+        jobs: JobLike | str | os.PathLike[str] | Sequence[JobLike | str | os.PathLike[str]],
+        *,
+        idempotency_key: str | None = None,
     ) -> JobOut | list[JobOut]:
-        """Submit jobs; all of one call or none (one request, at most 1000 jobs).
+        """Submit jobs; all of one call or none (one request, at most 1000 jobs), stored
+        exactly once: the request carries an ``Idempotency-Key`` (``idempotency_key``, by
+        default a new UUID) and is retried with it, for up to ``submit_retry_s`` seconds,
+        after no answer, a timeout or a 5xx (the server answers a retry with the jobs the
+        first attempt made). Give your own key to retry later yourself (after a process
+        restart): the same key and the same jobs answer the jobs made the first time, for
+        24 hours; the same key with other jobs is a 409 ``conflict``.
 
         ``jobs``: one spec (a mapping or a ``JobSpec``) -> its :class:`JobOut`; a job
         file's path (YAML or JSON, one job or ``jobs: [...]``, validated here first:
@@ -236,8 +268,9 @@ class Client:
         it takes ``inputs`` from; inputs may name earlier jobs of the same call). A job
         without ``tenant`` is the token's. ApiError 422 ``invalid`` names the field
         (``jobs[1].resources.accelerators``), 422 ``over_quota`` the tenant and model."""
+        key = idempotency_key if idempotency_key is not None else str(uuid.uuid4())
         if isinstance(jobs, Mapping | BaseModel):
-            return self._submit([spec_dict(jobs)])[0]
+            return self._submit([spec_dict(jobs)], key)[0]
         items: Iterable[JobLike | str | os.PathLike[str]]
         items = [jobs] if isinstance(jobs, str | os.PathLike) else jobs
         specs: list[dict[str, Any]] = []
@@ -246,13 +279,29 @@ class Client:
                 specs += [spec_dict(s) for s in file_specs(item)]
             else:
                 specs.append(spec_dict(item))
-        return self._submit(specs) if specs else []
+        return self._submit(specs, key) if specs else []
 
-    def _submit(self, specs: list[dict[str, Any]]) -> list[JobOut]:
+    def _submit(self, specs: list[dict[str, Any]], key: str) -> list[JobOut]:
         if len(specs) > MAX_BATCH:
             raise ValueError(f"{len(specs)} jobs in one call; at most {MAX_BATCH} (all or none)")
         body: Any = specs[0] if len(specs) == 1 else {"jobs": specs}
-        return self._parse(JobsPage, self.request("POST", f"{V1}/jobs", body=body)).jobs
+        headers = {KEY_HEADER: key}
+        end = self._now() + self.submit_retry_s
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                r = self.request("POST", f"{V1}/jobs", body=body, headers=headers)
+                return self._parse(JobsPage, r).jobs
+            except ApiError as exc:
+                if exc.status != 0 and exc.status < 500:
+                    raise  # refused: retrying would not change the answer
+                wait = pause * self._jitter.uniform(0.5, 1.0)
+                if self._now() + wait > end:
+                    raise
+            with self._count_lock:
+                self.submit_retries += 1
+            self._sleep(wait)
+            pause = min(MAX_PAUSE_S, pause * 2)
 
     def jobs_page(
         self,

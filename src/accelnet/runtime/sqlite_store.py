@@ -5,7 +5,11 @@ synchronisation a committed transaction survives a crash of the process or the m
 The schema is versioned (``meta.version``): a file of an older version is migrated when it is
 opened (version 1 -> 2 adds each job's attained service and kept work, 2 -> 3 its input
 jobs and its name as a column of its own, indexed, 3 -> 4 its energy and the devices'
-telemetry history); a file of a newer version raises with a message naming both versions.
+telemetry history, 4 -> 5 the idempotency keys of submissions: table ``idempotency``, one
+row per tenant and key with the ids of the jobs that request made, written in the same
+transaction as those jobs); a file of a newer version raises with a message naming both
+versions. :meth:`SqliteStore.atomic` is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` around
+several writes.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from typing import Any
 from accelnet.devices import DeviceState
 from accelnet.devices.history import HistoryBucket, coarsen
 from accelnet.fabric import DomainLevel
-from accelnet.runtime.store import Event, JobRecord, Store, StoreError
+from accelnet.runtime.store import Event, IdempotencyRecord, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -67,6 +71,15 @@ CREATE TABLE IF NOT EXISTS device_history (
     data TEXT NOT NULL,
     PRIMARY KEY (device, start, width)
 );
+CREATE TABLE IF NOT EXISTS idempotency (
+    tenant TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    jobs TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+CREATE INDEX IF NOT EXISTS idempotency_at ON idempotency(at);
 """
 _INDEXES = (  # after migrations
     "CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, seq);"
@@ -87,6 +100,7 @@ _MIGRATIONS = {  # from version N to N + 1
         "UPDATE jobs SET name = json_extract(spec, '$.name')",
     ),
     3: ("ALTER TABLE jobs ADD COLUMN energy TEXT",),  # device_history: made by _SCHEMA
+    4: (),  # idempotency: made by _SCHEMA
 }
 
 
@@ -350,10 +364,52 @@ class SqliteStore(Store):
             rows = self._db.execute(query + " ORDER BY device, start, width", args).fetchall()
         return [HistoryBucket.from_json(json.loads(r[0])) for r in rows]
 
+    # ----- idempotency keys ---------------------------------------------------------
+    def atomic(self) -> _Transaction:
+        """See :class:`Store`: one transaction (nested ones join it)."""
+        return self._tx()
+
+    def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
+        """See :class:`Store`."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT tenant, key, fingerprint, jobs, at FROM idempotency "
+                "WHERE tenant=? AND key=? AND at >= ?",
+                (tenant, key, since),
+            ).fetchone()
+        return None if row is None else _idempotency_of(row)
+
+    def keep_idempotency(self, record: IdempotencyRecord, forget_before: float) -> None:
+        """See :class:`Store`."""
+        with self._tx():
+            self._db.execute("DELETE FROM idempotency WHERE at < ?", (forget_before,))
+            try:
+                self._db.execute(
+                    "INSERT INTO idempotency(tenant, key, fingerprint, jobs, at) "
+                    "VALUES(?,?,?,?,?)",
+                    (record.tenant, record.key, record.fingerprint, json.dumps(record.jobs),
+                     record.at),
+                )  # fmt: skip
+            except sqlite3.IntegrityError:
+                raise StoreError(
+                    f"idempotency key {record.key!r} of {record.tenant} is kept"
+                ) from None
+
+    def idempotency_records(self) -> list[IdempotencyRecord]:
+        """See :class:`Store`."""
+        with self._lock:
+            rows = self._db.execute("SELECT tenant, key, fingerprint, jobs, at FROM "
+                                    "idempotency ORDER BY at, rowid").fetchall()  # fmt: skip
+        return [_idempotency_of(r) for r in rows]
+
     def close(self) -> None:
         """Close the file (idempotent)."""
         with self._lock, contextlib.suppress(sqlite3.ProgrammingError):
             self._db.close()
+
+
+def _idempotency_of(row: tuple[Any, ...]) -> IdempotencyRecord:
+    return IdempotencyRecord(row[0], row[1], row[2], tuple(json.loads(row[3])), row[4])
 
 
 class _Transaction:

@@ -4,15 +4,18 @@ Two implementations: :class:`MemoryStore` (tests, the simulator) and
 :class:`~accelnet.runtime.sqlite_store.SqliteStore` (the embedded default: one file, WAL,
 synchronous=FULL, so a job the store accepted survives a crash of the process). Every job
 state change goes through :meth:`Store.transition`, which checks the job transition table
-and records an event, so the event log and the states never disagree.
+and records an event, so the event log and the states never disagree. Several writes made
+inside :meth:`Store.atomic` are kept together or not at all (a batch of jobs and the
+:class:`IdempotencyRecord` of the request that made them).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -75,6 +78,19 @@ class Event:
     job: str | None
     kind: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """A submission made under an idempotency key: the tenant it was made for and its key,
+    a fingerprint of the request (a hash of its body), the jobs it created (ids, in the
+    order given) and when. Stored in the same transaction as those jobs."""
+
+    tenant: str
+    key: str
+    fingerprint: str
+    jobs: tuple[str, ...]
+    at: float
 
 
 HISTORY_KEEP_S: Final = 7 * 86400.0
@@ -144,6 +160,27 @@ class Store(ABC):
     def close(self) -> None:
         """Release the store's resources."""
 
+    @abstractmethod
+    def atomic(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which this thread's writes are kept together or not at all: all
+        durable when it ends, none kept if it ends with an exception. Other threads' store
+        calls wait until it ends (take a lock that callers of the store may hold, such as
+        a cluster's, before it, never inside it). Nested: the outermost decides."""
+
+    @abstractmethod
+    def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
+        """The submission kept for ``tenant`` under ``key`` at ``since`` or later, or None."""
+
+    @abstractmethod
+    def keep_idempotency(self, record: IdempotencyRecord, forget_before: float) -> None:
+        """Keep a submission's key (call it inside the :meth:`atomic` that adds its jobs);
+        records older than ``forget_before`` are dropped (one of the same tenant and key
+        too). StoreError if the tenant has a newer record under that key."""
+
+    @abstractmethod
+    def idempotency_records(self) -> list[IdempotencyRecord]:
+        """Every kept submission key, oldest first (audits, tests)."""
+
     def transition(
         self, job_id: str, to: JobState, at: float, cause: str, **changes: Any
     ) -> JobRecord:
@@ -188,6 +225,8 @@ class MemoryStore(Store):
         self._devices: dict[str, DeviceState] = {}
         self._named: dict[str, str] = {}  # name -> the id of the last job of that name
         self._history: dict[str, list[HistoryBucket]] = {}  # device -> buckets by start
+        self._idem: dict[tuple[str, str], IdempotencyRecord] = {}  # (tenant, key) -> record
+        self._depth = 0  # nesting of atomic()
 
     def add(self, record: JobRecord, cause: str = "submitted") -> None:
         """See :class:`Store`."""
@@ -278,6 +317,59 @@ class MemoryStore(Store):
 
     def close(self) -> None:
         """Nothing to release."""
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """See :class:`Store`: on an exception the jobs, events, devices and keys are put
+        back as they were when the outermost block began (telemetry history is not)."""
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            saved = (dict(self._jobs), dict(self._named), dict(self._devices), dict(self._idem))
+            events = len(self._events)
+            self._depth = 1
+            try:
+                yield
+            except BaseException:
+                self._jobs, self._named, self._devices, self._idem = saved
+                del self._events[events:]
+                self._by_job = {}
+                for e in self._events:
+                    if e.job is not None:
+                        self._by_job.setdefault(e.job, []).append(e)
+                raise
+            finally:
+                self._depth = 0
+
+    def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
+        """See :class:`Store`."""
+        with self._lock:
+            found = self._idem.get((tenant, key))
+        return found if found is not None and found.at >= since else None
+
+    def keep_idempotency(self, record: IdempotencyRecord, forget_before: float) -> None:
+        """See :class:`Store`."""
+        with self._lock:
+            old = []
+            for k, r in self._idem.items():  # kept in the order made: the oldest first
+                if r.at >= forget_before:
+                    break
+                old.append(k)
+            for k in old:
+                del self._idem[k]
+            if (record.tenant, record.key) in self._idem:
+                raise StoreError(f"idempotency key {record.key!r} of {record.tenant} is kept")
+            self._idem[(record.tenant, record.key)] = record
+
+    def idempotency_records(self) -> list[IdempotencyRecord]:
+        """See :class:`Store`."""
+        with self._lock:
+            return sorted(self._idem.values(), key=lambda r: r.at)
 
 
 def _bucket_key(b: HistoryBucket) -> tuple[float, float]:

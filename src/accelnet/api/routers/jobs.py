@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from accelnet.api.admission import KEY_HEADER
 from accelnet.api.deps import Ctx, User, Viewer
 from accelnet.api.jobs import MAX_LIMIT
 from accelnet.api.models import (
@@ -40,6 +41,10 @@ SUBMIT_BODY: dict[str, Any] = {
         },
     }
 }
+KEY_TEXT = (
+    "a key of the client's choosing (a UUID), 1 to 255 characters: the same key again "
+    "within 24 h answers the jobs the first request made instead of making new ones"
+)
 LOG_TEXT: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "the stream's bytes from offset (X-Accelnet-Offset: where to go on)",
@@ -53,15 +58,29 @@ LOG_TEXT: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=SubmittedOut,
     openapi_extra=SUBMIT_BODY,
-    responses={409: CONFLICT[409], 422: ERRORS[422] | {"description": "invalid or over_quota"}},
+    responses={
+        409: CONFLICT[409] | {"description": "the Idempotency-Key came with another body"},
+        422: ERRORS[422] | {"description": "invalid or over_quota"},
+    },
 )
-async def submit(request: Request, ctx: Ctx, who: User) -> SubmittedOut:
+async def submit(
+    request: Request,
+    response: Response,
+    ctx: Ctx,
+    who: User,
+    idempotency_key: Annotated[str | None, Header(alias=KEY_HEADER, description=KEY_TEXT)] = None,
+) -> SubmittedOut:
     """Submit one job, or several (``{"jobs": [...]}``, all or none). The token's tenant
     is the jobs' tenant (an admin may set ``tenant``). 422 ``invalid`` names the field;
-    422 ``over_quota`` names the tenant, the model, the quota and the use."""
+    422 ``over_quota`` names the tenant, the model, the quota and the use. With an
+    ``Idempotency-Key``, a retry of the same request answers the jobs the first one made
+    (``Idempotent-Replayed: true``); 409 if that key came with another body."""
     raw = await request.body()
-    jobs = await anyio.to_thread.run_sync(ctx.jobs.submit, who, raw)
-    request.state.audit_detail = "submitted " + ", ".join(j.id for j in jobs)
+    jobs, replayed = await anyio.to_thread.run_sync(ctx.jobs.submit, who, raw, idempotency_key)
+    ids = ", ".join(j.id for j in jobs)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    request.state.audit_detail = ("replayed " if replayed else "submitted ") + ids
     return SubmittedOut(jobs=jobs)
 
 
