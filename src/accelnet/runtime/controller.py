@@ -61,6 +61,9 @@ if TYPE_CHECKING:
     from accelnet.runtime.power_care import PowerHook
 
 _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
+# logged (durably) when a job holding devices is cancelled, before its tasks are stopped: a
+# controller that restarts before they have ended cancels the job instead of requeueing it
+CANCEL_REQUESTED = "job:cancel-requested"
 
 
 class JobRejectedError(ValueError):
@@ -140,7 +143,8 @@ class Controller:
     # ----- start-up -----------------------------------------------------------------
     def _recover(self) -> None:
         """Reconcile with the store after a (re)start: devices come back through a refresh;
-        jobs that were running when the last controller died are requeued."""
+        jobs that were running when the last controller died are requeued, or cancelled if
+        a cancel of theirs had been accepted."""
         now = self.clock.now()
         known = self.store.devices()
         for dev in self.fabric.devices:
@@ -157,7 +161,12 @@ class Controller:
                 self._track(dev, Tracked(state))
         for rec in self.store.jobs(_LIVE):
             self._keep(rec)
+        cancelled = {e.job for e in self.store.events_since(0, [CANCEL_REQUESTED])}
         for rec in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING]):
+            if rec.id in cancelled:
+                self._transition(rec.id, JobState.CANCELLED, now, "cancelled (accepted before "
+                                 "the controller restarted)", finished_at=now)  # fmt: skip
+                continue
             self._transition(
                 rec.id, JobState.ADMITTED, now, "requeued: lost when the controller restarted",
                 placement=None,
@@ -187,12 +196,20 @@ class Controller:
         return jid
 
     def cancel(self, job_id: str) -> None:
-        """Cancel a job: queued ones at once, running ones by stopping their tasks."""
+        """Cancel a job: queued ones at once, running ones by stopping their tasks (the
+        request is recorded first, so that it outlives a restart of the controller; a job
+        already being stopped, preempted or off a failed device, ends cancelled too)."""
         rec = self._live.get(job_id) or self.store.get(job_id)
         now = self.clock.now()
         if rec.state in (JobState.PENDING, JobState.ADMITTED):
             self._transition(job_id, JobState.CANCELLED, now, "cancelled", finished_at=now)
         elif rec.state.holds_devices():
+            run = self._runs.get(job_id)
+            if run is not None and run.cancel == "cancelled":
+                return  # asked before
+            self.store.log(job_id, now, CANCEL_REQUESTED, "stopping its tasks")
+            if run is not None and run.cancel is not None:
+                run.cancel = "cancelled"  # its tasks are being stopped already
             self._stop(job_id, "cancelled")
         self._dirty = True
 
