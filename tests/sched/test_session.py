@@ -1,4 +1,5 @@
-"""The incremental scheduler (Session) decides exactly as the full rescan does."""
+"""The incremental scheduler (Session) decides exactly as the full rescan does, and both
+start exactly what a walk that tries every queued job (``prune=False``) starts."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "fifo": {"ordering": "fifo"},
     "fifo-first-fit": {"ordering": "fifo", "placement": "first-fit"},
     "priority-preempt": {"ordering": "priority", "preemption": "priority", "aging_s": 50.0},
+    "priority-frag-aware": {"ordering": "priority", "placement": "frag-aware"},
+    "fifo-comm-aware": {"ordering": "fifo", "placement": "comm-aware"},
     "unkeyed": {"ordering": LargestFirst()},
 }
 TENANTS = {
@@ -81,6 +84,7 @@ def test_session_decides_as_the_full_rescan(
     fabric: Fabric = FABRICS[fabric_name]
     full = Scheduler(**CONFIGS[config])
     incremental = Scheduler(**CONFIGS[config])
+    exact = Scheduler(**CONFIGS[config], prune=False)
     devices = dict.fromkeys(fabric.devices, DeviceState.READY)
     jobs: dict[str, JobView] = {}  # the model: what the full rescan is given
     session = Session(incremental, fabric, devices, TENANTS[tenants])
@@ -123,6 +127,10 @@ def test_session_decides_as_the_full_rescan(
         snap = Snapshot(fabric, now, dict(devices), tuple(jobs.values()), TENANTS[tenants])
         got = session.decide(now)
         same(got, full.decide(snap))
+        tried = exact.decide(snap)  # every queued job tried: the same decision
+        assert (got.starts, got.preemptions) == (tried.starts, tried.preemptions)
+        assert dict(got.nominations) == dict(tried.nominations)
+        assert set(got.waiting) == set(tried.waiting)
         if op != "decide":
             continue
         for s in got.starts:

@@ -32,27 +32,84 @@ def units(share: float) -> int:
     return round(share * SHARE_UNITS)
 
 
+class Counts(dict[int, SortedList]):
+    """Nodes (as their fabric order, sorted) by how many wholly free devices they have,
+    and the counts that have nodes in ``sorted`` (ascending), so that the smallest count
+    >= k is one bisection, however many distinct counts a large fabric has. An emptied
+    entry stays, to be reused (a SortedList costs more to make than to keep)."""
+
+    __slots__ = ("sorted",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sorted: list[int] = []
+
+    def add(self, count: int, pos: int) -> None:
+        """Node ``pos`` now has ``count``."""
+        nodes = self.get(count)
+        if nodes is None:
+            self[count] = SortedList((pos,))
+            bisect.insort(self.sorted, count)
+        else:
+            if not nodes:
+                bisect.insort(self.sorted, count)
+            nodes.add(pos)
+
+    def discard(self, count: int, pos: int) -> None:
+        """Node ``pos`` no longer has ``count``."""
+        nodes = self[count]
+        nodes.remove(pos)
+        if not nodes:
+            del self.sorted[bisect.bisect_left(self.sorted, count)]
+
+    def at_least(self, k: int) -> int | None:
+        """The smallest count >= ``k`` (None: none)."""
+        i = bisect.bisect_left(self.sorted, k)
+        return self.sorted[i] if i < len(self.sorted) else None
+
+    def clone(self) -> Counts:
+        """An independent copy."""
+        twin = Counts()
+        twin.update((c, nodes.copy()) for c, nodes in self.items() if nodes)
+        twin.sorted = list(self.sorted)
+        return twin
+
+
+class Schedulable:
+    """The devices that may take work: every device of the topology (``known``) but the
+    ``down`` ones (draining, unhealthy, offline, ...), kept as the few that are down so
+    that copying an index costs little on a large fabric."""
+
+    __slots__ = ("down", "known")
+
+    def __init__(self, known: Mapping[str, object], down: set[str]) -> None:
+        self.known = known
+        self.down = down
+
+    def __contains__(self, dev: object) -> bool:
+        return dev in self.known and dev not in self.down
+
+
 class CapacityIndex:
     """Free units of schedulable devices, with per-node counts of wholly free ones."""
 
     def __init__(self, topo: Topology, free: Mapping[str, float]) -> None:
         """``free``: free share (0..1] of every schedulable device; others are absent."""
         self.topo = topo
-        self.schedulable = set(free)
+        self.schedulable = Schedulable(topo.class_of, {d for d in topo.class_of if d not in free})
         self.free: dict[str, int] = {}
         self.whole: dict[str, dict[str, int]] = {c: {} for c in topo.classes}
         # buckets[cls][depth][(level, within)][count] = nodes with that many wholly free,
-        # as their fabric order (Topology.node_order), sorted: ties go to the first (a
-        # bucket may be empty: buckets are kept once made)
-        self.buckets: dict[str, list[dict[BucketKey, dict[int, SortedList]]]] = {
+        # as their fabric order (Topology.node_order), sorted: ties go to the first
+        self.buckets: dict[str, list[dict[BucketKey, Counts]]] = {
             c: [{} for _ in range(DEPTHS)] for c in topo.classes
         }
         self.partial: dict[str, list[tuple[int, int, str]]] = {c: [] for c in topo.classes}
         self._log: list[tuple[str, int]] = []
         self._unschedulable: dict[str, int] = {}
-        for dev, c in topo.class_of.items():
-            if dev not in self.schedulable:
-                self._unschedulable[c.key] = self._unschedulable.get(c.key, 0) + 1
+        for dev in self.schedulable.down:
+            key = topo.class_of[dev].key
+            self._unschedulable[key] = self._unschedulable.get(key, 0) + 1
         order = topo.order
         for dev in sorted(free, key=order.__getitem__):
             have = units(free[dev])
@@ -95,13 +152,11 @@ class CapacityIndex:
         for (_, levels), buckets in self.buckets[cls][depth].items():
             if within is not None and within not in levels:
                 continue
-            for count, nodes in buckets.items():
-                if not nodes or count < k:
-                    continue
-                if best is None or count < best[0]:
-                    best = (count, nodes[0])
-                elif count == best[0]:
-                    best = (count, min(best[1], nodes[0]))
+            count = buckets.at_least(k)
+            if count is not None:
+                first = buckets[count][0]
+                if best is None or (count, first) < best:
+                    best = (count, first)
         return None if best is None else self.topo.node_list[best[1]]
 
     def first_fit(
@@ -120,11 +175,7 @@ class CapacityIndex:
         best: tuple[int, int] = (-1, 0)  # (node order, count)
         for per_depth in self.buckets[cls]:
             for (lv, _), buckets in per_depth.items():
-                top = (
-                    max((c for c, nodes in buckets.items() if nodes), default=0)
-                    if lv is level
-                    else 0
-                )
+                top = buckets.sorted[-1] if lv is level and buckets.sorted else 0
                 if top:
                     first = buckets[top][0]
                     if top > best[1] or (top == best[1] and first < best[0]):
@@ -169,6 +220,13 @@ class CapacityIndex:
             dev, before = self._log.pop()
             self._set(dev, self.free.get(dev, 0), before)
 
+    def keep(self, mark: int) -> list[str]:
+        """Keep every change since ``mark`` (no rollback to before it any more); the
+        devices changed."""
+        changed = [dev for dev, _ in self._log[mark:]]
+        del self._log[mark:]
+        return changed
+
     def take_all(self, devices: Iterable[str], share: float) -> None:
         """:meth:`take` on each device."""
         for d in devices:
@@ -182,10 +240,10 @@ class CapacityIndex:
         if (dev in self.schedulable) != schedulable:
             cls = self.topo.class_of[dev].key
             if schedulable:
-                self.schedulable.add(dev)
+                self.schedulable.down.discard(dev)
                 self._unschedulable[cls] -= 1
             else:
-                self.schedulable.discard(dev)
+                self.schedulable.down.add(dev)
                 self._unschedulable[cls] = self._unschedulable.get(cls, 0) + 1
         new = max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
         old = self.free.get(dev, 0)
@@ -196,13 +254,12 @@ class CapacityIndex:
         """An independent copy for later reading (cheap when little is free)."""
         twin = object.__new__(CapacityIndex)
         twin.topo = self.topo
-        twin.schedulable = set(self.schedulable)
+        twin.schedulable = Schedulable(self.topo.class_of, set(self.schedulable.down))
         twin.free = dict(self.free)
         twin.whole = {c: dict(counts) for c, counts in self.whole.items()}
         if self.whole_any():
             twin.buckets = {
-                c: [{key: {n: b.copy() for n, b in per.items() if b} for key, per in depth.items()}
-                    for depth in per_cls]
+                c: [{key: per.clone() for key, per in depth.items() if per} for depth in per_cls]
                 for c, per_cls in self.buckets.items()
             }  # fmt: skip
         else:  # nothing wholly free (a full fabric): every bucket is empty
@@ -238,15 +295,14 @@ class CapacityIndex:
             pos = node_order[node_id]
             before = counts.get(node_id, 0)
             after = before + delta
-            buckets = all_buckets[node.depth].setdefault((node.level, node.within), {})
+            key = (node.level, node.within)
+            buckets = all_buckets[node.depth].get(key)
+            if buckets is None:
+                buckets = all_buckets[node.depth][key] = Counts()
             if before:
-                buckets[before].remove(pos)  # an emptied bucket stays, to be reused
+                buckets.discard(before, pos)
             if after:
                 counts[node_id] = after
-                found = buckets.get(after)
-                if found is None:
-                    buckets[after] = SortedList((pos,))
-                else:
-                    found.add(pos)
+                buckets.add(after, pos)
             else:
                 counts.pop(node_id, None)

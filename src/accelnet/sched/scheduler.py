@@ -9,8 +9,9 @@ preemption rule. The live controller and the simulator call the very same object
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accelnet.fabric import Fabric
@@ -20,7 +21,7 @@ from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
 from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, SeesTraffic, explain
-from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, release
+from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, VictimSearch, release
 from accelnet.sched.request import Rejection, Request, make_request, rejection
 from accelnet.sched.snapshot import (
     Decision,
@@ -36,10 +37,15 @@ from accelnet.sched.topology import Topology
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
 _Usage = Mapping[str, Mapping[str, int]]
+Shape = tuple[str, int]  # a job's tenant, and the number of its request's shape
 
 
 class Scheduler:
     """Ordering policy + placement strategy + preemption rule, by name or instance.
+
+    ``prune`` (default): a decision does not place again a job whose request shape has
+    failed in it already (:meth:`walk`); off, every queued job is tried (the same starts,
+    slower on long queues of few shapes; tests compare the two).
 
     Keeps caches between calls, never state that changes a decision: the
     :class:`Topology` of the last fabric it saw, and each queued job's request.
@@ -51,6 +57,8 @@ class Scheduler:
         placement: str | PlacementStrategy = "best-fit",
         preemption: str | PreemptionRule = "none",
         rates: RateFn | None = None,
+        *,
+        prune: bool = True,
         **params: Any,
     ) -> None:
         self.ordering = (
@@ -61,14 +69,16 @@ class Scheduler:
             PREEMPTIONS.create(preemption) if isinstance(preemption, str) else preemption
         )
         self.rates = rates  # steps/s per job, model and gang size (None: the jobs' hints)
+        self.prune = prune  # skip jobs whose shape failed (see walk); False: try each job
         self._topology: Topology | None = None
-        self._requests: dict[str, tuple[JobSpec, Rejection | None, Request]] = {}
+        self._requests: dict[str, tuple[JobSpec, Rejection | None, Request, int]] = {}
+        self._shapes: dict[tuple[object, ...], int] = {}  # request shape -> a small number
 
     def topology(self, fabric: Fabric) -> Topology:
         """The (cached) topology of ``fabric``."""
         if self._topology is None or self._topology.fabric is not fabric:
             self._topology = Topology(fabric)
-            self._requests.clear()
+            self._requests.clear()  # shape numbers stay: a job's shape never changes
         return self._topology
 
     def _make_way(
@@ -103,13 +113,28 @@ class Scheduler:
     def request(self, job: JobView, topo: Topology) -> tuple[Rejection | None, Request]:
         """The job's never-fits verdict and request, cached per spec object (a queued job
         keeps its spec across decisions; the cache never changes an answer)."""
+        hit = self._entry(job, topo)
+        return hit[1], hit[2]
+
+    def shape(self, job: JobView, topo: Topology) -> Shape:
+        """The job's tenant and the number of its request's shape (everything a placement
+        depends on but the job: classes, count, share, levels, traffic): two queued jobs
+        of one shape fit, or not, alike (see :meth:`walk`)."""
+        return job.spec.tenant, self._entry(job, topo)[3]
+
+    def _entry(
+        self, job: JobView, topo: Topology
+    ) -> tuple[JobSpec, Rejection | None, Request, int]:
         hit = self._requests.get(job.id)
         if hit is not None and hit[0] is job.spec:
-            return hit[1], hit[2]
+            return hit
         never = rejection(job.spec, topo)
         req = make_request(job.id, job.spec, topo)
-        self._requests[job.id] = (job.spec, never, req)
-        return never, req
+        key = (never and never.message, tuple(c.key for c in req.classes), req.count,
+               req.share, req.required, req.preferred, req.comm_bytes, req.step_rates)  # fmt: skip
+        number = self._shapes.setdefault(key, len(self._shapes))
+        entry = self._requests[job.id] = (job.spec, never, req, number)
+        return entry
 
     def capacity(self, snapshot: Snapshot, running: list[JobView] | None = None) -> CapacityIndex:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold
@@ -148,6 +173,7 @@ class Scheduler:
                 queued_ids=lambda: (j.id for j in queued),
                 time_shares=self.ordering.time_shares(snapshot),
                 info=JobInfo(snapshot.now, self.rates),
+                shapes=Counter(self.shape(j, topo) for j in queued),
             )
         )
 
@@ -155,69 +181,132 @@ class Scheduler:
         """The decision itself, on prepared state (:meth:`decide` prepares it from a
         snapshot, the incremental :class:`~accelnet.sched.session.Session` keeps it).
 
+        Within one decision free capacity and tenants' use only shrink and grow, so a job
+        whose shape (:meth:`shape`) did not fit, or was over its tenant's quota, means every
+        later job of that shape waits too, with the same reason, without being placed
+        again; and once every shape left in the queue (``w.shapes``) has failed, the walk
+        stops and the rest wait with their shapes' reasons (read when asked for). Not so
+        with preemption or held (nominated) devices, where a job may still make room.
+
         Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back."""
-        topo, index, tenants, usage = w.topo, w.index, w.tenants, w.usage
-        starts: list[Start] = []
-        preemptions: list[Preempt] = []
-        nominations: dict[str, tuple[str, ...]] = {}
-        waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
-        search = self.preemption.start(w.running)
-        started = traffic_hook(self.placement, topo, w.running)
-        # devices promised to jobs by earlier preemptions are held for them alone
-        held = {j.id: _reserve(index, j.nominated) for j in w.held}
+        topo, index = w.topo, w.index
+        run = _Run(
+            index,
+            w.tenants,
+            w.usage,
+            waiting=dict.fromkeys(w.pending, "waiting for admission"),
+            search=self.preemption.start(w.running),
+            started=traffic_hook(self.placement, topo, w.running),
+            # devices promised to jobs by earlier preemptions are held for them alone
+            held={j.id: _reserve(index, j.nominated) for j in w.held},
+        )
+        waiting, search, held = run.waiting, run.search, run.held
+        failed: dict[Shape, str] | None = {} if self.prune and not (search or held) else None
+        left = None  # jobs of each shape not walked yet; open: shapes left that may fit
+        if failed is not None and w.shapes is not None:
+            left = {k: n for k, n in w.shapes.items() if n > 0}
+        open_shapes = len(left) if left is not None else -1
         tail: Sequence[JobView] = ()
-        final = index
+        final: CapacityIndex | None = index
         jobs = iter(w.ordered)
         for job in jobs:
-            if not index.free and search is None and not held and not tenants:
+            if not index.free and search is None and not held and not w.tenants:
                 # nothing is free and nothing can be freed: every later job waits; their
                 # reasons are written when read (a long queue stays cheap per decision)
                 tail = w.rest(job) if w.rest is not None else [job, *jobs]
                 final = index.frozen() if w.keep_index else index
                 break
-            never, base = self.request(job, topo)
-            if never is not None:
-                waiting[job.id] = f"can never run here: {never.message}"
-                continue
-            req, quota_note, over = _within_quota(job, base, tenants, usage)
-            if quota_note is not None:
-                waiting[job.id] = quota_note
-                continue
-            mark = index.mark()
-            for dev, share in held.get(job.id, ()):  # its own reservation is free for it
-                index.give(dev, share)
-            placed = self.placement.place(req, index)
-            if placed is not None:
-                index.take_all(placed.devices, placed.share)
-                starts.append(Start(job.id, placed))
-                started(req, placed)
-                _charge(usage, job.spec.tenant, placed)
-                continue
-            index.rollback(mark)
-            reason = explain(req, index) + (f"; over quota: {over}" if over else "")
-            mine = {d for d, share in held.get(job.id, ()) if share >= 1}
-            pending = [d for d in job.nominated if d not in mine]
-            if pending:
-                waiting[job.id] = (
-                    f"{reason}; waiting for preempted jobs to release {len(pending)} "
-                    f"nominated device{'s' * (len(pending) > 1)}"
-                )
-                nominations[job.id] = job.nominated
-                continue
-            victims = search.victims(job, req, index, self.placement) if search else None
-            if not victims:
-                waiting[job.id] = reason
-                continue
-            nominations[job.id] = self._make_way(job, req, index, victims, reason, preemptions)
-            waiting[job.id] = f"{reason}; preempting {', '.join(v.id for v in victims)}"
+            if open_shapes == 0:  # every job left is of a shape that failed
+                tail = w.rest(job) if w.rest is not None else [job, *jobs]
+                final = None
+                break
+            _, never, base, number = self._entry(job, topo)
+            shape = (job.spec.tenant, number)
+            if left is not None and failed is not None:
+                n = left.get(shape, 0) - 1
+                if n < 0:  # not among the counts given: no early stop in this decision
+                    left, open_shapes = None, -1
+                else:
+                    left[shape] = n
+                    if n == 0 and shape not in failed:
+                        open_shapes -= 1
+            if failed is not None:
+                known = failed.get(shape)
+                if known is not None:
+                    waiting[job.id] = known
+                    continue
+            reason = self._one(job, never, base, run)
+            if reason is not None and failed is not None:
+                failed[shape] = reason
+                if left is not None and left.get(shape, 0) > 0:
+                    open_shapes -= 1
         self._forget(w.queued, w.queued_ids)
         return Decision(
-            tuple(starts),
-            tuple(preemptions),
-            Reasons(waiting, tail, self.request, topo, final) if tail else waiting,
+            tuple(run.starts),
+            tuple(run.preemptions),
+            Reasons(waiting, tail, self, topo, final, failed or {}) if tail else waiting,
             w.time_shares,
-            nominations,
+            run.nominations,
         )
+
+    def _one(self, job: JobView, never: Rejection | None, base: Request, run: _Run) -> str | None:
+        """Start ``job``, make way for it, or write why it waits; the reason when it waits
+        because its shape does not fit now (None otherwise)."""
+        index, held = run.index, run.held
+        if never is not None:
+            reason = f"can never run here: {never.message}"
+            run.waiting[job.id] = reason
+            return reason
+        req, quota_note, over = _within_quota(job, base, run.tenants, run.usage)
+        if quota_note is not None:
+            run.waiting[job.id] = quota_note
+            return quota_note
+        mark = index.mark()
+        for dev, share in held.get(job.id, ()):  # its own reservation is free for it
+            index.give(dev, share)
+        placed = self.placement.place(req, index)
+        if placed is not None:
+            index.take_all(placed.devices, placed.share)
+            run.starts.append(Start(job.id, placed))
+            run.started(req, placed)
+            _charge(run.usage, job.spec.tenant, placed)
+            return None
+        index.rollback(mark)
+        reason = explain(req, index) + (f"; over quota: {over}" if over else "")
+        mine = {d for d, share in held.get(job.id, ()) if share >= 1}
+        pending = [d for d in job.nominated if d not in mine]
+        if pending:
+            run.waiting[job.id] = (
+                f"{reason}; waiting for preempted jobs to release {len(pending)} "
+                f"nominated device{'s' * (len(pending) > 1)}"
+            )
+            run.nominations[job.id] = job.nominated
+            return None
+        victims = run.search.victims(job, req, index, self.placement) if run.search else None
+        if victims:
+            run.nominations[job.id] = self._make_way(
+                job, req, index, victims, reason, run.preemptions
+            )
+            run.waiting[job.id] = f"{reason}; preempting {', '.join(v.id for v in victims)}"
+            return None
+        run.waiting[job.id] = reason
+        return reason
+
+
+@dataclass
+class _Run:
+    """What one walk changes as it goes: the index, the tenants' use, the decision."""
+
+    index: CapacityIndex
+    tenants: Mapping[str, Tenant]
+    usage: dict[str, dict[str, int]]
+    waiting: dict[str, str]
+    search: VictimSearch | None
+    started: Callable[[Request, Placement], None]
+    held: dict[str, tuple[tuple[str, float], ...]]
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    nominations: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -229,7 +318,9 @@ class Walk:
     ordering policy's order (any iterable: it is read once, as far as needed);
     ``keep_index``: the caller keeps ``index`` after the decision, so lazy reasons read a
     copy of it; ``rest``: the queue from a job on (by default what is left of
-    ``ordered``), for the reasons of a full fabric's queue tail."""
+    ``ordered``), for the reasons of a full fabric's queue tail; ``shapes``: how many of
+    the queued jobs have each shape (:meth:`Scheduler.shape`), so the walk can stop once
+    none left can start (None: it walks on)."""
 
     topo: Topology
     tenants: Mapping[str, Tenant]
@@ -245,30 +336,35 @@ class Walk:
     keep_index: bool = False
     rest: Callable[[JobView], Sequence[JobView]] | None = None
     info: JobInfo | None = None  # rates, service and progress at the decision's time
+    shapes: Mapping[Shape, int] | None = None  # queued jobs of each shape (in ``ordered``)
 
 
 class Reasons(Mapping[str, str]):
-    """Waiting reasons, those of a full fabric's queue tail computed when first read.
+    """Waiting reasons, those of the queue's tail computed when first read.
 
-    Once nothing is free, every later job waits with the reason its request gets from the
-    final (unchanging) capacity index, so writing them all at decision time would only
-    cost time; reading them gives exactly what eager writing would have.
+    The walk stops early when nothing is free (every later job waits with the reason its
+    request gets from the final, unchanging capacity index) or when every shape left has
+    failed (every later job waits with its shape's reason); writing them all at decision
+    time would only cost time, and reading them gives exactly what eager writing would
+    have.
     """
 
     def __init__(
         self,
         eager: dict[str, str],
         tail: Sequence[JobView],
-        request: Callable[[JobView, Topology], tuple[Rejection | None, Request]],
+        scheduler: Scheduler,
         topo: Topology,
-        index: CapacityIndex,
+        index: CapacityIndex | None,
+        failed: Mapping[Shape, str],
     ) -> None:
         self._eager = eager
         self._tail_list = tail  # queued jobs after the break: never among ``eager``
         self._tail: dict[str, JobView] | None = None  # by id, made on the first lookup
-        self._request = request
+        self._scheduler = scheduler
         self._topo = topo
         self._index = index
+        self._failed = failed
         self._shapes: dict[tuple[object, ...], str] = {}
         self._computed: dict[str, str] = {}
 
@@ -278,14 +374,18 @@ class Reasons(Mapping[str, str]):
             return found
         if self._tail is None:
             self._tail = {j.id: j for j in self._tail_list}
-        never, req = self._request(self._tail[job_id], self._topo)
-        if never is not None:
-            why = f"can never run here: {never.message}"
-        else:
-            shape = (req.classes, req.count, req.share, req.required)
-            why = self._shapes.get(shape) or self._shapes.setdefault(
-                shape, explain(req, self._index)
-            )
+        job = self._tail[job_id]
+        why = self._failed.get(self._scheduler.shape(job, self._topo))
+        if why is None:
+            never, req = self._scheduler.request(job, self._topo)
+            if never is not None:
+                why = f"can never run here: {never.message}"
+            else:
+                assert self._index is not None, "a shape left without a reason"
+                shape = (req.classes, req.count, req.share, req.required)
+                why = self._shapes.get(shape) or self._shapes.setdefault(
+                    shape, explain(req, self._index)
+                )
         self._computed[job_id] = why
         return why
 

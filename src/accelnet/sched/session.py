@@ -38,7 +38,7 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
-from accelnet.sched.scheduler import Scheduler, Walk, uncharge, usage_of
+from accelnet.sched.scheduler import Scheduler, Shape, Walk, uncharge, usage_of
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
@@ -72,6 +72,8 @@ class Session:
         self._keyed = type(policy).key is not OrderingPolicy.key
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
+        self._shape: dict[str, Shape] = {}  # each queued job's shape (Scheduler.shape)
+        self._shapes: dict[Shape, int] = {}  # queued jobs of each shape
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
         self.progress: ProgressFn | None = None  # the backend's progress reports, if any
         self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
@@ -99,6 +101,8 @@ class Session:
                 self._queue.add(job)
             else:
                 self._queued[job.id] = job
+            shape = self._shape[job.id] = self.scheduler.shape(job, self.topo)
+            self._shapes[shape] = self._shapes.get(shape, 0) + 1
             if job.nominated:
                 self._nominated[job.id] = job
         elif job.state in _HOLDING and job.placement is not None:
@@ -118,6 +122,12 @@ class Session:
                 self._queue.remove(old)
             else:
                 del self._queued[job_id]
+            shape = self._shape.pop(job_id)
+            left = self._shapes[shape] - 1
+            if left:
+                self._shapes[shape] = left
+            else:
+                del self._shapes[shape]
         elif self._holding.pop(job_id, None) is not None:
             self._hold(old, -1)
 
@@ -220,10 +230,13 @@ class Session:
                     keep_index=True,
                     rest=self._rest if self._keyed else None,
                     info=JobInfo(now, scheduler.rates, self.progress),
+                    shapes=self._shapes,
                 )
             )
-        finally:
-            index.rollback(mark)
+        finally:  # the decision's changes stay until the index is read again: then each
+            # device changed is set from what jobs hold (a start the caller applies as it
+            # was decided costs nothing more; one it does not is undone)
+            self._stale.update(index.keep(mark))
 
     def reason(self, job_id: str) -> str | None:
         """Why a queued job waits *now* (what a decision would say of a job in a full
