@@ -201,9 +201,12 @@ class Scheduler:
             held={j.id: _reserve(index, j.nominated) for j in w.held},
         )
         waiting, search, held = run.waiting, run.search, run.held
-        failed: dict[Shape, str] | None = {} if self.prune and not (search or held) else None
+        failed: dict[Shape, str] | None = None
+        if self.prune and not (search or held):
+            failed = w.failed if w.failed is not None else {}
+        assert w.everyone is None or failed is not None, "a merged queue needs pruning"
         left = None  # jobs of each shape not walked yet; open: shapes left that may fit
-        if failed is not None and w.shapes is not None:
+        if failed is not None and w.shapes is not None and w.everyone is None:
             left = {k: n for k, n in w.shapes.items() if n > 0}
         open_shapes = len(left) if left is not None else -1
         tail: Sequence[JobView] = ()
@@ -241,13 +244,31 @@ class Scheduler:
                 if left is not None and left.get(shape, 0) > 0:
                     open_shapes -= 1
         self._forget(w.queued, w.queued_ids)
+        reasons = self._reasons(w, run, tail, final, failed or {})
         return Decision(
-            tuple(run.starts),
-            tuple(run.preemptions),
-            Reasons(waiting, tail, self, topo, final, failed or {}) if tail else waiting,
-            w.time_shares,
-            run.nominations,
+            tuple(run.starts), tuple(run.preemptions), reasons, w.time_shares, run.nominations
         )
+
+    def _reasons(
+        self,
+        w: Walk,
+        run: _Run,
+        tail: Sequence[JobView],
+        final: CapacityIndex | None,
+        failed: Mapping[Shape, str],
+    ) -> Mapping[str, str]:
+        """The decision's waiting reasons: those written, and the lazy ones of the jobs not
+        walked (a queue's tail, or with a merged queue every job of a failed shape)."""
+        if w.everyone is not None:
+            if final is w.index and w.keep_index:
+                final = final.frozen()
+            started = {s.job for s in run.starts}
+            total = len(set(w.pending)) + w.queued - len(started)
+            return Reasons(run.waiting, w.everyone(), self, w.topo, final, failed,
+                           skip=started, total=total)  # fmt: skip
+        if tail:
+            return Reasons(run.waiting, tail, self, w.topo, final, failed)
+        return run.waiting
 
     def _one(self, job: JobView, never: Rejection | None, base: Request, run: _Run) -> str | None:
         """Start ``job``, make way for it, or write why it waits; the reason when it waits
@@ -320,7 +341,10 @@ class Walk:
     copy of it; ``rest``: the queue from a job on (by default what is left of
     ``ordered``), for the reasons of a full fabric's queue tail; ``shapes``: how many of
     the queued jobs have each shape (:meth:`Scheduler.shape`), so the walk can stop once
-    none left can start (None: it walks on)."""
+    none left can start (None: it walks on). A caller may give ``ordered`` as a merge of
+    per-shape queues that drops a shape once it is in ``failed`` (the dict the walk fills);
+    then ``everyone`` gives every queued job, and the jobs the merge never offered wait
+    with their shape's reason, written when read."""
 
     topo: Topology
     tenants: Mapping[str, Tenant]
@@ -337,6 +361,8 @@ class Walk:
     rest: Callable[[JobView], Sequence[JobView]] | None = None
     info: JobInfo | None = None  # rates, service and progress at the decision's time
     shapes: Mapping[Shape, int] | None = None  # queued jobs of each shape (in ``ordered``)
+    failed: dict[Shape, str] | None = None  # the shapes that failed, filled by the walk
+    everyone: Callable[[], Sequence[JobView]] | None = None  # see the docstring
 
 
 class Reasons(Mapping[str, str]):
@@ -357,9 +383,17 @@ class Reasons(Mapping[str, str]):
         topo: Topology,
         index: CapacityIndex | None,
         failed: Mapping[Shape, str],
+        *,
+        skip: Collection[str] = (),
+        total: int | None = None,
     ) -> None:
+        """``tail``: the jobs after the break, never among ``eager``; or, with ``total``
+        (how many wait in all), every queued job, of which those in ``eager`` or ``skip``
+        (started) are not the tail's."""
         self._eager = eager
-        self._tail_list = tail  # queued jobs after the break: never among ``eager``
+        self._tail_list = tail
+        self._skip = skip
+        self._total = total
         self._tail: dict[str, JobView] | None = None  # by id, made on the first lookup
         self._scheduler = scheduler
         self._topo = topo
@@ -374,6 +408,8 @@ class Reasons(Mapping[str, str]):
             return found
         if self._tail is None:
             self._tail = {j.id: j for j in self._tail_list}
+        if job_id in self._skip:
+            raise KeyError(job_id)
         job = self._tail[job_id]
         why = self._failed.get(self._scheduler.shape(job, self._topo))
         if why is None:
@@ -396,9 +432,15 @@ class Reasons(Mapping[str, str]):
 
     def __iter__(self) -> Iterator[str]:
         yield from self._eager
-        yield from (j.id for j in self._tail_list)
+        if self._total is None:
+            yield from (j.id for j in self._tail_list)
+        else:
+            eager, skip = self._eager, self._skip
+            yield from (j.id for j in self._tail_list if j.id not in eager and j.id not in skip)
 
     def __len__(self) -> int:
+        if self._total is not None:
+            return self._total
         return len(self._eager) + len(self._tail_list)
 
 

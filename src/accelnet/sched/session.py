@@ -24,8 +24,9 @@ never changes after the fact and one nobody keeps costs nothing.
 
 from __future__ import annotations
 
+import heapq
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, overload
 
@@ -38,6 +39,7 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
+from accelnet.sched.preemption import NoPreemption
 from accelnet.sched.scheduler import Scheduler, Shape, Walk, uncharge, usage_of
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
@@ -74,6 +76,10 @@ class Session:
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._shape: dict[str, Shape] = {}  # each queued job's shape (Scheduler.shape)
         self._shapes: dict[Shape, int] = {}  # queued jobs of each shape
+        self._by_shape: dict[Shape, SortedKeyList[JobView]] = {}  # keyed policies only
+        self._merge = (
+            self._keyed and scheduler.prune and isinstance(scheduler.preemption, NoPreemption)
+        )  # decisions walk the per-shape queues, merged (see decide)
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
         self.progress: ProgressFn | None = None  # the backend's progress reports, if any
         self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
@@ -103,6 +109,11 @@ class Session:
                 self._queued[job.id] = job
             shape = self._shape[job.id] = self.scheduler.shape(job, self.topo)
             self._shapes[shape] = self._shapes.get(shape, 0) + 1
+            if self._merge:
+                mine = self._by_shape.get(shape)
+                if mine is None:
+                    mine = self._by_shape[shape] = SortedKeyList(key=self.scheduler.ordering.key)
+                mine.add(job)
             if job.nominated:
                 self._nominated[job.id] = job
         elif job.state in _HOLDING and job.placement is not None:
@@ -128,6 +139,11 @@ class Session:
                 self._shapes[shape] = left
             else:
                 del self._shapes[shape]
+            if self._merge:
+                mine = self._by_shape[shape]
+                mine.remove(old)
+                if not mine:
+                    del self._by_shape[shape]
         elif self._holding.pop(job_id, None) is not None:
             self._hold(old, -1)
 
@@ -211,6 +227,12 @@ class Session:
         if self._shares:
             snap = snap or self.snapshot(now)
             shares = scheduler.ordering.time_shares(snap)
+        failed: dict[Shape, str] | None = None
+        everyone = None
+        if self._merge and not held:  # only shapes that have not failed are walked
+            failed = {}
+            ordered = _merged(self._by_shape, key, failed)
+            everyone = self._everyone
         index = self.index
         mark = index.mark()
         try:
@@ -231,6 +253,8 @@ class Session:
                     rest=self._rest if self._keyed else None,
                     info=JobInfo(now, scheduler.rates, self.progress),
                     shapes=self._shapes,
+                    failed=failed,
+                    everyone=everyone,
                 )
             )
         finally:  # the decision's changes stay until the index is read again: then each
@@ -253,6 +277,11 @@ class Session:
             return f"can never run here: {never.message}"
         return explain(req, self.index)
 
+    def _everyone(self) -> Sequence[JobView]:
+        tail = _QueueTail(self._queue, 0)
+        self._tails.add(tail)
+        return tail
+
     def _rest(self, job: JobView) -> Sequence[JobView]:
         tail = _QueueTail(self._queue, self._queue.index(job))
         self._tails.add(tail)
@@ -267,6 +296,28 @@ class Session:
     def _queued_ids(self) -> Iterable[str]:
         yield from (j.id for j in self._queue)
         yield from self._queued
+
+
+def _merged(
+    queues: Mapping[Shape, Any], key: Callable[[JobView], Any], failed: Mapping[Shape, str]
+) -> Iterator[JobView]:
+    """The jobs of every per-shape queue in the ordering's order, a shape's no more once
+    the walk has found it failed (it reads ``failed`` before each next job)."""
+    heap: list[tuple[Any, int, JobView, Shape, Iterator[JobView]]] = []
+    for n, (shape, queue) in enumerate(queues.items()):
+        it = iter(queue)
+        head = next(it, None)
+        if head is not None:
+            heap.append((key(head), n, head, shape, it))  # keys are unique: n breaks no tie
+    heapq.heapify(heap)
+    while heap:
+        _, n, job, shape, it = heap[0]
+        yield job
+        nxt = None if shape in failed else next(it, None)
+        if nxt is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (key(nxt), n, nxt, shape, it))
 
 
 class _QueueTail(Sequence[JobView]):

@@ -1,0 +1,374 @@
+"""Scale benchmark (issue 12): the incremental scheduler on fabrics up to 131,072 GPUs with
+queues up to 1,000,000 jobs, and growth curves of it and of the simulator.
+
+**Steady state** (the figure the issue asks for): a fat-tree fabric of ``GPUS`` H100s
+(``fat-tree:hosts=GPUS/8,gpus_per_host=8``) is filled by the scheduler itself with running
+jobs of 1/2/4/8 GPUs (sched_bench's mix, whole GPUs), and ``QUEUE`` jobs wait (the mix
+with 10% half-GPU jobs, 40% needing a host or an NVLink domain, priorities 0-3). Then, for
+``--seconds``, the controller's loop as it runs live: ``BATCH`` random running jobs end
+(``Session.drop``), one decision (``Session.decide``) is made, its starts are applied
+(``Session.put`` as RUNNING) and as many new jobs are queued as started, so the queue
+stays at ``QUEUE``. Timed: everything the scheduler does (drops, puts, decisions); not
+timed: drawing the random workload. Figures: placements per second of scheduler time
+(starts / time), decisions per second, decision latency (median, p99). ``BATCH`` 1 is a
+decision after every job end; a busy controller takes all the events a poll brings (10,
+100) and decides once.
+
+**Burst**: the same queue on the empty fabric, one decision placing all it can: jobs
+placed per second.
+
+**Growth**: steady-state FIFO placements/s (batch 1 and 10) against GPUs (1k -> 131k,
+queue 100k) and against queue length (1k -> 1M, 16,384 GPUs); with ``--sim``, the
+simulator's wall time against jobs and GPUs (bench/sim_scale_bench.py's ``sim_point``).
+The fitted growth is the least-squares slope in log-log. Everything lands in one PNG.
+
+Queued jobs of one kind and priority share one spec object (the scheduler keys its caches
+by job id, never by spec identity across jobs), so a million queued jobs fit in memory.
+
+Run from the project root::
+
+    .venv/bin/python bench/scale_bench.py [--seconds 3] [--sim] [--quick]
+
+Writes ``bench/results/scale.json`` and ``bench/results/scale_growth.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from accelnet.devices import DeviceState
+from accelnet.fabric import Fabric, load_fabric
+from accelnet.sched import JobSpec, JobState, JobView, Scheduler
+from accelnet.sched.session import Session
+from benchutil import run_and_report, source_state, src_label
+from sched_bench import KINDS, draw_kind, make_spec, preload, preset_ref
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS = RESULTS_DIR / "scale.json"
+PLOT = RESULTS_DIR / "scale_growth.png"
+TARGET_GPUS = 131_072
+TARGET_QUEUE = 100_000
+TARGET_RATE = 10_000.0  # placements per second
+GROWTH_GPUS = (1024, 4096, 16_384, 65_536, 131_072)
+GROWTH_QUEUES = (1000, 10_000, 100_000, 1_000_000)
+GROWTH_QUEUE_GPUS = 16_384
+
+
+class Workload:
+    """Random jobs of the mix, one spec object per (kind, priority)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.specs: dict[tuple[str, int], JobSpec] = {
+            (k, p): make_spec(f"k{k.replace('.', '_')}-p{p}", k, priority=p)
+            for k in KINDS
+            for p in range(4)
+        }
+        self.count = 0
+
+    def job(self, now: float) -> JobView:
+        """A new queued job submitted at ``now``."""
+        self.count += 1
+        spec = self.specs[(draw_kind(self.rng), self.rng.randrange(4))]
+        return JobView(f"q{self.count}", spec, JobState.ADMITTED, now)
+
+
+def build(
+    fabric: Fabric, ordering: str, queue: int, seed: int
+) -> tuple[Session, list[JobView], Workload, dict[str, float]]:
+    """A full fabric (placed by the scheduler) and ``queue`` waiting jobs in a session."""
+    rng = random.Random(seed)
+    t = time.perf_counter()
+    running, _ = preload(fabric, rng, 1.0, 1.0)
+    t_fill = time.perf_counter() - t
+    t = time.perf_counter()
+    session = Session(
+        Scheduler(ordering, "best-fit", "none"),
+        fabric,
+        dict.fromkeys(fabric.devices, DeviceState.READY),
+    )
+    for job in running:
+        session.put(job)
+    work = Workload(rng)
+    for _ in range(queue):
+        session.put(work.job(1e6))
+    session.decide(1e6)  # the first read of the index applies the running jobs
+    t_session = time.perf_counter() - t
+    return session, list(running), work, {"fill_s": t_fill, "session_s": t_session}
+
+
+def steady(
+    session: Session, running: list[JobView], work: Workload, batch: int, seconds: float
+) -> dict[str, Any]:
+    """The controller's loop for ``seconds`` of scheduler time (see the module docstring)."""
+    rng = work.rng
+    now = 2e6
+    busy = 0.0
+    starts = decisions = 0
+    latencies: list[float] = []
+    gc.collect()
+    while busy < seconds:
+        gone = []
+        for _ in range(batch):
+            k = rng.randrange(len(running))
+            gone.append(running[k].id)
+            running[k] = running[-1]
+            running.pop()
+        t0 = time.perf_counter()
+        for jid in gone:
+            session.drop(jid)
+        t1 = time.perf_counter()
+        decision = session.decide(now)
+        t2 = time.perf_counter()
+        placed = decision.starts
+        del decision  # as the controller does: a kept decision makes the queue copy its tail
+        started = []
+        for s in placed:
+            job = session._jobs[s.job]
+            started.append(replace(job, state=JobState.RUNNING, placement=s.placement,
+                                   started_at=now))  # fmt: skip
+        fresh = [work.job(now) for _ in placed]
+        t3 = time.perf_counter()
+        for job in started:
+            session.put(job)
+        for job in fresh:
+            session.put(job)
+        t4 = time.perf_counter()
+        running += started
+        busy += (t1 - t0) + (t2 - t1) + (t4 - t3)
+        latencies.append(t2 - t1)
+        starts += len(placed)
+        decisions += 1
+        now += 1.0
+    latencies.sort()
+    return {
+        "batch": batch,
+        "scheduler_s": busy,
+        "decisions": decisions,
+        "starts": starts,
+        "placements_per_s": starts / busy,
+        "decisions_per_s": decisions / busy,
+        "decide_median_us": statistics.median(latencies) * 1e6,
+        "decide_p99_us": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1e6,
+        "queue_after": session.queued(),
+    }
+
+
+def burst(fabric: Fabric, ordering: str, queue: int, seed: int) -> dict[str, Any]:
+    """One decision placing ``queue`` jobs' worth on the empty fabric."""
+    rng = random.Random(seed)
+    session = Session(
+        Scheduler(ordering, "best-fit", "none"),
+        fabric,
+        dict.fromkeys(fabric.devices, DeviceState.READY),
+    )
+    work = Workload(rng)
+    for _ in range(queue):
+        session.put(work.job(0.0))
+    session.index  # noqa: B018 (built before the clock starts)
+    gc.collect()
+    t = time.perf_counter()
+    decision = session.decide(1.0)
+    took = time.perf_counter() - t
+    return {"queue": queue, "placed": len(decision.starts), "decide_s": took,
+            "placed_per_s": len(decision.starts) / took}  # fmt: skip
+
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log(y) on log(x)."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    num = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True))
+    den = sum((a - mx) ** 2 for a in lx)
+    return num / den if den else 0.0
+
+
+def point(gpus: int, queue: int, seed: int, seconds: float,
+          orderings: Sequence[str], batches: Sequence[int]) -> dict[str, Any]:  # fmt: skip
+    """Steady-state figures at one size, every ordering and batch."""
+    fabric = load_fabric(preset_ref(gpus))
+    out: dict[str, Any] = {"gpus": gpus, "queue": queue, "runs": []}
+    for ordering in orderings:
+        session, running, work, setup = build(fabric, ordering, queue, seed)
+        for batch in batches:
+            run = steady(session, running, work, batch, seconds)
+            out["runs"].append({"ordering": ordering, **setup, **run})
+        del session, running, work
+        gc.collect()
+    return out
+
+
+def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """Every figure of the module docstring."""
+    quick = args.quick
+    gpus_list = (1024, 16_384) if quick else GROWTH_GPUS
+    queues = (1000, 10_000) if quick else GROWTH_QUEUES
+    target = (16_384, 10_000) if quick else (TARGET_GPUS, TARGET_QUEUE)
+    tasks: list[tuple[str, Callable[[], Any]]] = []
+    result: dict[str, Any] = {"source": source_state(), "args": {k: str(v) for k, v in vars(args).items()}, "growth_gpus": [],
+                              "growth_queue": [], "sim": []}  # fmt: skip
+
+    def at_target() -> None:
+        result["target"] = point(*target, args.seed, args.seconds, ("fifo", "priority"),
+                                 (1, 10, 100))  # fmt: skip
+        result["burst"] = [burst(load_fabric(preset_ref(target[0])), o, target[1], args.seed)
+                           for o in ("fifo", "priority")]  # fmt: skip
+
+    tasks.append((f"{target[0]:,} GPUs, {target[1]:,} queued", at_target))
+    for g in gpus_list:
+        q = min(TARGET_QUEUE, target[1])
+        tasks.append((f"growth: {g:,} GPUs", lambda g=g, q=q: result["growth_gpus"].append(
+            point(g, q, args.seed, args.seconds / 2, ("fifo",), (1, 10)))))  # fmt: skip
+    for q in queues:
+        g = min(GROWTH_QUEUE_GPUS, target[0])
+        tasks.append((f"growth: {q:,} queued", lambda g=g, q=q: result["growth_queue"].append(
+            point(g, q, args.seed, args.seconds / 2, ("fifo",), (1, 10)))))  # fmt: skip
+    if args.sim:
+        from sim_scale_bench import sim_point
+
+        for jobs in (1000, 10_000, 100_000) if quick else (1000, 10_000, 100_000, 1_000_000):
+            tasks.append((f"sim: {jobs:,} jobs", lambda jobs=jobs: result["sim"].append(
+                {"axis": "jobs", **sim_point(16_384, jobs, args.seed, "fifo")})))  # fmt: skip
+        for g in (1024, 4096, 16_384) if quick else GROWTH_GPUS:
+            tasks.append((f"sim: {g:,} GPUs", lambda g=g: result["sim"].append(
+                {"axis": "gpus", **sim_point(g, 100_000, args.seed, "fifo")})))  # fmt: skip
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task("scale", total=len(tasks))
+        for label, fn in tasks:
+            progress.update(bar, description=label)
+            fn()
+            progress.advance(bar)
+    result["plot"] = plot(result, PLOT)
+    return result
+
+
+def _series(points: list[dict[str, Any]], axis: str, batch: int) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for p in points:
+        for r in p["runs"]:
+            if r["batch"] == batch and r["ordering"] == "fifo":
+                xs.append(float(p[axis]))
+                ys.append(r["placements_per_s"])
+    return xs, ys
+
+
+def plot(result: dict[str, Any], path: Path) -> str | None:
+    """The growth curves, one PNG; its path (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    sims = result["sim"]
+    panels = 4 if sims else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
+    for ax, key, axis, label in (
+        (axes[0], "growth_gpus", "gpus", f"GPUs (queue {TARGET_QUEUE:,})"),
+        (axes[1], "growth_queue", "queue", f"queued jobs ({GROWTH_QUEUE_GPUS:,} GPUs)"),
+    ):
+        for batch, style in ((1, "o-"), (10, "s--")):
+            xs, ys = _series(result[key], axis, batch)
+            if len(xs) > 1:
+                ax.plot(xs, ys, style, label=f"batch {batch}: ~n^{slope(xs, ys):.2f}")
+        ax.axhline(TARGET_RATE, color="grey", linestyle=":", label="10,000/s")
+        ax.set(xscale="log", yscale="log", xlabel=label, ylabel="placements / s (FIFO)",
+               title="scheduler, steady state")  # fmt: skip
+        ax.legend(fontsize=8)
+    for ax, axis, label in ((axes[2], "jobs", "jobs (16,384 GPUs)"),
+                            (axes[3], "gpus", "GPUs (100k jobs)")) if sims else ():  # fmt: skip
+        pts = sorted((p[axis], p["wall_s"]) for p in sims if p["axis"] == axis)
+        if len(pts) > 1:
+            xs, ys = [float(x) for x, _ in pts], [float(y) for _, y in pts]
+            ax.plot(xs, ys, "o-", label=f"~n^{slope(xs, ys):.2f}")
+            ax.legend(fontsize=8)
+        ax.set(xscale="log", yscale="log", xlabel=label, ylabel="wall time (s)",
+               title="simulator, FIFO")  # fmt: skip
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def report(result: dict[str, Any], console: Console) -> None:
+    """Tables of the figures."""
+    t = result["target"]
+    table = Table(title=f"{t['gpus']:,} GPUs, {t['queue']:,} queued, steady state "
+                        f"({src_label(result['source'])})")  # fmt: skip
+    for col in ("ordering", "batch", "placements/s", "decisions/s", "decide median µs",
+                "decide p99 µs", "queue after", "fill s", "session s"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in t["runs"]:
+        table.add_row(r["ordering"], str(r["batch"]), f"{r['placements_per_s']:,.0f}",
+                      f"{r['decisions_per_s']:,.0f}", f"{r['decide_median_us']:,.0f}",
+                      f"{r['decide_p99_us']:,.0f}", f"{r['queue_after']:,}",
+                      f"{r['fill_s']:.1f}", f"{r['session_s']:.1f}")  # fmt: skip
+    console.print(table)
+    for b in result["burst"]:
+        console.print(f"burst: {b['placed']:,} placed from {b['queue']:,} queued in "
+                      f"{b['decide_s']:.2f} s = {b['placed_per_s']:,.0f}/s")  # fmt: skip
+    growth = Table(title="growth, FIFO placements/s (batch 1 / batch 10)")
+    for col in ("GPUs", "queued", "batch 1", "batch 10", "decide median µs (batch 1)"):
+        growth.add_column(col, justify="right")
+    for p in result["growth_gpus"] + result["growth_queue"]:
+        by = {r["batch"]: r for r in p["runs"]}
+        one, ten = by[1], by[10]
+        growth.add_row(
+            f"{p['gpus']:,}",
+            f"{p['queue']:,}",
+            f"{one['placements_per_s']:,.0f}",
+            f"{ten['placements_per_s']:,.0f}",
+            f"{one['decide_median_us']:,.0f}",
+        )
+    console.print(growth)
+    for key, axis in (("growth_gpus", "gpus"), ("growth_queue", "queue")):
+        for batch in (1, 10):
+            xs, ys = _series(result[key], axis, batch)
+            if len(xs) > 1:
+                console.print(f"{axis}: batch {batch} placements/s ~ n^{slope(xs, ys):.2f}")
+    for s in result["sim"]:
+        console.print(f"sim {s['axis']}: {s['gpus']:,} GPUs, {s['jobs']:,} jobs: "
+                      f"{s['wall_s']:.1f} s, peak {s['peak_rss_mb']:.0f} MB")  # fmt: skip
+    if result.get("plot"):
+        console.print(f"plot: {result['plot']}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=3.0, help="scheduler time per run")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sim", action="store_true", help="also the simulator's growth curves")
+    p.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run, write the JSON, print the tables."""
+    args = parse_args(argv)
+    run_and_report(args, run, report, args.out)
+
+
+if __name__ == "__main__":
+    sys.setrecursionlimit(10_000)
+    main()
