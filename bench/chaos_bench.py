@@ -1,8 +1,11 @@
 """Chaos run: a controller SIGKILLed and restarted on the same SQLite file, workers killed,
-devices failed, then the store's invariants checked and every submitted job found once.
+devices failed (and, on Ray, Ray nodes killed), then the store's invariants checked and
+every submitted job found once.
 
     python bench/chaos_bench.py                  # 500 jobs, 20 controller kills, 50 worker kills
     python bench/chaos_bench.py --jobs 80 --controller-kills 4 --worker-kills 8 --seed 3
+    python bench/chaos_bench.py --backend ray --jobs 500 --controller-kills 6 --node-kills 6 \
+        --worker-kills 24 --gap 0.2 0.8                         # a local Ray cluster, nodes die
 
 The controller runs in a child process (``python -c CONTROLLER``) on an emulated fabric
 with the local backend; the driver (this process) kills it or its workers (found as its
@@ -12,6 +15,19 @@ requeues the jobs on them within their retry budget). Once the kills are spent t
 controller runs the queue dry; then :func:`accelnet.runtime.invariants.violations` reads the
 store. Prints a table and writes JSON under ``bench/results/``. Also imported by
 ``tests/runtime/test_chaos.py`` at a reduced size.
+
+``--backend ray``: the driver starts a local Ray cluster on this machine (``RAY_NODES``:
+a head and two worker nodes, each emulating a machine, as the Ray tests do) and the
+controller runs the Ray backend on a declared fabric of those machines (a restarted
+controller joins the same cluster; a machine that is down then starts OFFLINE). Besides
+killing the controller and workers (processes under a node's accelnet agent), the driver
+SIGKILLs a worker node (its raylet and every process under it) ``--node-kills`` times and
+adds it back (the same machine, a new Ray node) after ``node_down_s``. As docs/ray.md
+promises, the jobs on a lost node end LOST and are requeued within their retry budget
+(the loss counts as a failure); the node's devices go OFFLINE and come back READY. Node
+recovery is measured from the kill to the moment the controller has every device of that
+machine in service again. The last controller waits for every machine to be back before
+it stops. ``tests/runtime/test_chaos_ray.py`` runs it at a reduced size.
 """
 
 from __future__ import annotations
@@ -21,12 +37,14 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +106,96 @@ backend.close()
 print("idle", flush=True)
 """
 
+# The controller on the Ray backend: the local one's loop, plus a line in nodes.txt each
+# time a machine's devices leave or re-enter service, and, at the end, a wait for every
+# machine to be back (the driver re-adds the nodes it killed) and every fault repaired.
+CONTROLLER_RAY = r"""
+import json, random, sys, time
+from pathlib import Path
+from accelnet.devices import DeviceState
+from accelnet.fabric import build_fabric, parse_spec
+from accelnet.runtime.clock import SystemClock
+from accelnet.runtime.controller import Controller
+from accelnet.runtime.ray_connect import RayOptions
+from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.sched import JobSpec
+
+db, work = sys.argv[1], Path(sys.argv[2])
+seed, life, fault_rate = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+address = sys.argv[6]
+plan = json.loads((work / "plan.json").read_text())
+rng = random.Random(seed * 1000 + life)
+fabric = build_fabric(parse_spec(plan["ray_fabric"], "chaos"))
+clock = SystemClock()
+store = SqliteStore(db)
+options = RayOptions(address=address, kill_grace_s=0.5, node_timeout_s=10.0,
+                     gang_timeout_s=10.0, connect_timeout_s=60.0)
+backend = options.connect(fabric, str(work), clock)
+ctl = Controller(fabric, store, backend, clock, str(work))
+with open(work / "ready.txt", "a") as f:
+    f.write(f"{life} {time.time()}\n")
+known = {r.id for r in store.jobs()}
+acked = open(work / "acked.txt", "a")
+for spec in plan["jobs"]:
+    if spec["name"] not in known:  # submitted by no earlier life
+        ctl.submit(JobSpec.model_validate(spec), job_id=spec["name"])
+        acked.write(spec["name"] + "\n")
+        acked.flush()
+faults = open(work / "faults.txt", "a")
+nodes = open(work / "nodes.txt", "a")
+notes = open(work / "notes.txt", "a")  # the backend's notes (nodes refused, left out)
+noted = 0
+hosts = {h.name: h.device_ids for h in fabric.hosts}
+serving: dict[str, bool] = {}
+broken: dict[str, float] = {}
+last = time.monotonic()
+idle_since = None
+while True:
+    ctl.step(0.05)
+    now = time.monotonic()
+    states = ctl.device_states()
+    for note in backend.notes[noted:]:
+        notes.write(f"{time.time()} {life} {note}\n")
+        notes.flush()
+    noted = len(backend.notes)
+    for host, devs in hosts.items():  # a machine is in service when no device is OFFLINE
+        up = all(states[d] is not DeviceState.OFFLINE for d in devs)
+        if serving.get(host) is not up:
+            serving[host] = up
+            nodes.write(f"{time.time()} {host} {int(up)} {life}\n")
+            nodes.flush()
+    for dev, state in states.items():  # a fault of an earlier life, or a repair that failed
+        if state is DeviceState.UNHEALTHY and dev not in broken:
+            broken[dev] = now  # (its node was down, say): repaired (again) 0.5 s later
+    if ctl.idle():
+        idle_since = idle_since or now
+        if (all(serving.values()) and not broken) or now - idle_since > 60:
+            break
+    for dev, at in list(broken.items()):
+        if now - at > 0.5:
+            del broken[dev]
+            if ctl.device_states()[dev] is DeviceState.UNHEALTHY:  # not OFFLINE since
+                ctl.repair_device(dev, "chaos: repaired")
+    if fault_rate > 0 and not ctl.idle() and rng.random() < fault_rate * (now - last):
+        dev = rng.choice(sorted(fabric.devices))
+        usable = ctl.device_states()[dev] in (DeviceState.READY, DeviceState.ALLOCATED)
+        if dev not in broken and usable:
+            broken[dev] = now
+            ctl.fail_device(dev, "chaos: injected fault")
+            faults.write(dev + "\n")
+            faults.flush()
+    last = now
+backend.close()
+print("idle", flush=True)
+"""
+
+# The Ray cluster of ``--backend ray``: host -> emulated devices; the first is the head
+# (never killed), the others are the worker nodes the chaos kills.
+RAY_NODES = {"n0": "2xT4", "n1": "3xL4", "n2": "2xL4_1xT4"}
+# A dead raylet is declared dead within about a second (Ray's default: about 15 s).
+RAY_SYSTEM = {"health_check_period_ms": 500, "health_check_timeout_ms": 500,
+              "health_check_failure_threshold": 2, "health_check_initial_delay_ms": 0}  # fmt: skip
+
 
 @dataclass
 class ChaosConfig:
@@ -101,6 +209,9 @@ class ChaosConfig:
     fabric: str = "dgx1-v100"
     gap_s: tuple[float, float] = (0.05, 0.3)  # between two kills
     timeout_s: float = 1800.0
+    backend: str = "local"  # or "ray": a local Ray cluster, whose worker nodes die too
+    node_kills: int = 0  # Ray worker nodes SIGKILLed (then added back), on "ray"
+    node_down_s: tuple[float, float] = (1.0, 3.0)  # a killed node is added back after
 
 
 @dataclass
@@ -113,6 +224,14 @@ class ChaosReport:
     worker_kills: int = 0
     faults: int = 0
     recovery_s: list[float] = field(default_factory=list)  # kill -> restarted controller ready
+    node_kills: int = 0
+    node_recovery_s: list[float] = field(default_factory=list)  # kill -> devices in service
+    node_detect_s: list[float] = field(default_factory=list)  # kill -> devices OFFLINE
+    node_rejoin_s: list[float] = field(default_factory=list)  # added back -> in service
+    unrecovered_nodes: list[str] = field(default_factory=list)  # killed, never back in service
+    node_lost_jobs: dict[str, int] = field(default_factory=dict)  # job -> attempts lost to nodes
+    out_of_service: list[str] = field(default_factory=list)  # devices not READY at the end
+    unplanned: list[str] = field(default_factory=list)  # ended otherwise than planned (Ray)
     states: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)  # submitted (acknowledged) but not stored
     duplicated: list[str] = field(default_factory=list)
@@ -121,8 +240,11 @@ class ChaosReport:
     wall_s: float = 0.0
 
     def ok(self) -> bool:
-        """No job lost, duplicated or unfinished; every invariant holds."""
-        return not (self.lost or self.duplicated or self.unfinished or self.violations)
+        """No job lost, duplicated or unfinished; every invariant holds; (on Ray) every
+        killed node back in service and every device READY at the end."""
+        return not (self.lost or self.duplicated or self.unfinished or self.violations
+                    or self.unrecovered_nodes or self.out_of_service
+                    or self.unplanned)  # fmt: skip
 
 
 def workload(n: int, seed: int, work: Path) -> list[dict[str, Any]]:
@@ -150,10 +272,15 @@ def workload(n: int, seed: int, work: Path) -> list[dict[str, Any]]:
     return jobs
 
 
-def _start(work: Path, cfg: ChaosConfig, life: int) -> subprocess.Popen[bytes]:
+def _start(
+    work: Path, cfg: ChaosConfig, life: int, address: str | None = None
+) -> subprocess.Popen[bytes]:
     args = [str(work / "state.db"), str(work), str(cfg.seed), str(life), str(cfg.fault_rate)]
+    script = CONTROLLER if address is None else CONTROLLER_RAY
+    if address is not None:
+        args.append(address)
     log = open(work / f"controller.{life}.log", "wb")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen([sys.executable, "-c", CONTROLLER, *args], stdout=log, stderr=log)
+    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=log, stderr=log)
 
 
 def _ready_count(work: Path) -> int:
@@ -172,48 +299,184 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         p.kill()
 
 
+def ray_fabric_spec(nodes: Mapping[str, str]) -> dict[str, Any]:
+    """The fabric spec that declares the machines of ``nodes`` (host -> emulated devices)."""
+    hosts = [{"name": h, "devices": [g for g in re.split(r"[_+,]", e) if g]}
+             for h, e in nodes.items()]  # fmt: skip
+    return {"name": "chaos-ray", "hosts": hosts}
+
+
+class RayChaosCluster:
+    """The local Ray cluster of a ``--backend ray`` run (``nodes``: host -> emulated
+    devices, the first the head), whose worker nodes are killed and added back. ``system``:
+    Ray's system config (how fast a dead node is noticed). Starting it blocks until every
+    node is up (seconds per node); :meth:`close` removes it all."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, str],
+        down_s: tuple[float, float],
+        system: Mapping[str, Any] = RAY_SYSTEM,
+    ) -> None:
+        from ray.cluster_utils import Cluster
+
+        from accelnet.runtime.ray_local import node_args
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        self._emulate = dict(nodes)
+        self._down_s = down_s
+        (self.head, emulate), *rest = nodes.items()
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={**node_args(self.head, emulate), "include_dashboard": False,
+                            "_system_config": dict(system)},
+        )  # fmt: skip
+        self.nodes: dict[str, Any] = {self.head: self.cluster.head_node}
+        try:
+            for host, emu in rest:
+                self.nodes[host] = self.cluster.add_node(wait=False, **node_args(host, emu))
+            self.cluster.wait_for_nodes()
+        except BaseException:
+            self.cluster.shutdown()
+            raise
+        self.down: dict[str, float] = {}  # host killed -> when it is added back (monotonic)
+        self.kills: list[tuple[str, float]] = []  # (host, time.time() of the kill)
+        self.revivals: list[tuple[str, float]] = []  # (host, time.time() it was added back)
+
+    @property
+    def address(self) -> str:
+        """The cluster's GCS address (what the controllers join)."""
+        return str(self.cluster.address)
+
+    def kill_node(self, rng: random.Random) -> str | None:
+        """SIGKILL a live worker node's raylet and every process under it (the agent, its
+        workers and their tasks, Ray's own agents); it is added back after ``down_s``.
+        The host killed, or None if every worker node is down already."""
+        up = [h for h in self.nodes if h != self.head and h not in self.down]
+        if not up:
+            return None
+        host = rng.choice(up)
+        node = self.nodes.pop(host)
+        raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+        procs = [raylet, *raylet.children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(signal.SIGKILL)
+        self.kills.append((host, time.time()))
+        self.down[host] = time.monotonic() + rng.uniform(*self._down_s)
+        psutil.wait_procs(procs[1:], timeout=15)
+        self.cluster.remove_node(node, allow_graceful=False)  # reaps the raylet, forgets it
+        return host
+
+    def revive(self, force: bool = False) -> None:
+        """Add back (a new Ray node for the same machine) each killed node that is due, or
+        every one with ``force``; returns without waiting for them to register."""
+        from accelnet.runtime.ray_local import node_args
+
+        for host, due in list(self.down.items()):
+            if force or time.monotonic() >= due:
+                del self.down[host]
+                args = node_args(host, self._emulate[host])
+                self.revivals.append((host, time.time()))
+                self.nodes[host] = self.cluster.add_node(wait=False, **args)
+
+    def kill_a_worker(self, rng: random.Random) -> int:
+        """SIGKILL one process under a node's accelnet agent (a device's worker or a task
+        it runs); 1 if done."""
+        found: list[psutil.Process] = []
+        for node in self.nodes.values():
+            with contextlib.suppress(psutil.Error):
+                raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+                for p in raylet.children():
+                    with contextlib.suppress(psutil.Error):
+                        if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::NodeAgent"):
+                            found += p.children(recursive=True)
+        if not found:
+            return 0
+        with contextlib.suppress(psutil.NoSuchProcess):
+            rng.choice(found).send_signal(signal.SIGKILL)
+            return 1
+        return 0
+
+    def close(self) -> None:
+        """Remove every node. Idempotent."""
+        self.cluster.shutdown()
+
+
 def run_chaos(cfg: ChaosConfig, work: Path) -> ChaosReport:
     """One seeded chaos run in ``work`` (created); returns the report. Bounded by
-    ``cfg.timeout_s`` (TimeoutError)."""
+    ``cfg.timeout_s`` (TimeoutError). ``cfg.backend == "ray"`` starts a local Ray
+    cluster for the run (and removes it after)."""
+    if cfg.backend not in ("local", "ray"):
+        raise ValueError(f"backend {cfg.backend!r}: valid: local, ray")
     work.mkdir(parents=True, exist_ok=True)
     (work / "marks").mkdir(exist_ok=True)
     jobs = workload(cfg.jobs, cfg.seed, work)
-    (work / "plan.json").write_text(json.dumps({"fabric": cfg.fabric, "jobs": jobs}))
+    plan: dict[str, Any] = {"fabric": cfg.fabric, "jobs": jobs}
+    if cfg.backend == "ray":
+        plan["ray_fabric"] = ray_fabric_spec(RAY_NODES)
+    (work / "plan.json").write_text(json.dumps(plan))
     report = ChaosReport(config=asdict(cfg), jobs=len(jobs))
-    t0 = time.monotonic()
-    proc = _havoc(cfg, work, report, t0 + cfg.timeout_s)
-    while proc.poll() is None:  # run the queue dry
-        if time.monotonic() > t0 + cfg.timeout_s:
-            _kill_tree(proc)
-            raise TimeoutError(f"chaos run did not finish in {cfg.timeout_s} s: see {work}")
-        time.sleep(0.05)
-    if proc.returncode != 0:
-        raise RuntimeError(f"last controller exited {proc.returncode}: see {work}")
-    report.wall_s = time.monotonic() - t0
+    ray = RayChaosCluster(RAY_NODES, cfg.node_down_s) if cfg.backend == "ray" else None
+    try:
+        t0 = time.monotonic()
+        proc = _havoc(cfg, work, report, t0 + cfg.timeout_s, ray)
+        while proc.poll() is None:  # run the queue dry
+            if time.monotonic() > t0 + cfg.timeout_s:
+                _kill_tree(proc)
+                raise TimeoutError(f"chaos run did not finish in {cfg.timeout_s} s: see {work}")
+            time.sleep(0.05)
+        if proc.returncode != 0:
+            raise RuntimeError(f"last controller exited {proc.returncode}: see {work}")
+        report.wall_s = time.monotonic() - t0
+    finally:
+        if ray is not None:
+            ray.close()
     faults = work / "faults.txt"
     report.faults = len(faults.read_text().splitlines()) if faults.exists() else 0
     _audit(work, {j["name"] for j in jobs}, report)
+    if ray is not None:
+        planned = {j["name"]: "failed" if j["run"] == "exit 4" else "succeeded" for j in jobs}
+        _audit_nodes(work, ray, planned, report)
     return report
 
 
 def _havoc(
-    cfg: ChaosConfig, work: Path, report: ChaosReport, deadline: float
+    cfg: ChaosConfig,
+    work: Path,
+    report: ChaosReport,
+    deadline: float,
+    ray: RayChaosCluster | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start the controller, spend the kills at seeded random times; the live controller."""
+    """Start the controller, spend the kills at seeded random times; the live controller.
+    With ``ray``, also kill its worker nodes and add them back (all of them are back, or
+    being added, when this returns)."""
     rng = random.Random(cfg.seed)
     life = 0
-    proc = _start(work, cfg, life)
+    address = None if ray is None else ray.address
+    proc = _start(work, cfg, life, address)
     kills = ["controller"] * cfg.controller_kills + ["worker"] * cfg.worker_kills
+    if ray is not None:  # joining Ray takes seconds: the chaos starts once it has joined
+        kills += ["node"] * cfg.node_kills
+        while _ready_count(work) == 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"controller life 0 did not come up: see {work}")
+            time.sleep(0.005)
     rng.shuffle(kills)
     for what in kills:
         time.sleep(rng.uniform(*cfg.gap_s))
+        if ray is not None:
+            ray.revive()
         if time.monotonic() > deadline:
             break
         if proc.poll() is not None:  # ran dry before the kills were spent: no more to do
             break
+        if what == "node" and ray is not None:
+            report.node_kills += ray.kill_node(rng) is not None
+            continue
         if what == "worker":  # between launches there may be none: try a little longer
             for _ in range(50):
-                if _kill_a_worker(proc, rng):
+                if _kill_a_worker(proc, rng) if ray is None else ray.kill_a_worker(rng):
                     report.worker_kills += 1
                     break
                 time.sleep(0.01)
@@ -222,12 +485,15 @@ def _havoc(
         killed = time.monotonic()
         report.controller_kills += 1
         life += 1
-        proc = _start(work, cfg, life)
+        proc = _start(work, cfg, life, address)
         while _ready_count(work) <= life:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"controller life {life} did not come up: see {work}")
             time.sleep(0.005)
         report.recovery_s.append(time.monotonic() - killed)
+    while ray is not None and ray.down:  # every machine back, when it is due
+        ray.revive(force=time.monotonic() > deadline)
+        time.sleep(0.05)
     return proc
 
 
@@ -262,9 +528,92 @@ def _audit(work: Path, wanted: set[str], report: ChaosReport) -> None:
         store.close()
 
 
+def _audit_nodes(
+    work: Path, ray: RayChaosCluster, planned: Mapping[str, str], report: ChaosReport
+) -> None:
+    """Ray's part of the audit: each node kill's detection (kill -> the first time after
+    it that a controller had the machine's devices OFFLINE; kills of a machine that was
+    not in service yet are left out) and recovery (kill, and the
+    node's re-adding, -> the first time after it that a controller had every device of
+    that machine in service), each job's outcome against the plan, the jobs whose
+    tasks were lost with a node, each such loss charged to the job's retry budget (the
+    next settlement of the job is a retry or its failure; a loss left unsettled by a
+    controller that died is requeued by the next without charge, as every running job
+    is), and every device READY at the end."""
+    from accelnet.devices import DeviceState
+    from accelnet.runtime.sqlite_store import SqliteStore
+
+    path = work / "nodes.txt"
+    seen = [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+    def first(host: str, up: str, after: float) -> float | None:
+        times = [float(t) for t, h, u, _ in seen if h == host and u == up and float(t) > after]
+        return min(times) - after if times else None
+
+    def serving(host: str, at: float) -> bool:
+        before = [(float(t), u) for t, h, u, _ in seen if h == host and float(t) <= at]
+        return bool(before) and max(before)[1] == "1"
+
+    for host, killed in ray.kills:
+        down = first(host, "0", killed) if serving(host, killed) else None
+        if down is not None:  # (a machine killed again while it rejoined: no detection)
+            report.node_detect_s.append(down)
+        seen_down = killed + (down or 0.0)  # "in service" lines before it were stale news
+        back = first(host, "1", seen_down)
+        if back is None:
+            report.unrecovered_nodes.append(f"{host} killed at {killed:.3f}")
+        else:
+            report.node_recovery_s.append(seen_down + back - killed)
+    for host, added in ray.revivals:
+        rejoined = first(host, "1", added)
+        if rejoined is not None:
+            report.node_rejoin_s.append(rejoined)
+    store = SqliteStore(str(work / "state.db"))
+    try:
+        events = store.events()
+        lost: dict[str, int] = {}
+        pending: dict[str, int] = {}  # job -> losses not settled yet
+        for e in events:
+            if e.job is None:
+                continue
+            if e.kind == "task:lost" and "went away" in e.detail:
+                attempt = e.detail.split(":")[0].rsplit(".", 2)[-2]
+                if pending.get(e.job) != int(attempt):  # a gang's ranks: one loss
+                    lost[e.job] = lost.get(e.job, 0) + 1
+                pending[e.job] = int(attempt)
+            elif e.job in pending and e.kind in ("job:admitted", "job:failed"):
+                del pending[e.job]
+                charged = e.kind == "job:failed" or e.detail.startswith("requeued (retry")
+                if not charged and not e.detail.startswith("requeued: lost when the controller"):
+                    report.violations.append(f"[node-loss] {e.job}: lost with a node, then "
+                                             f"#{e.seq} {e.kind}: {e.detail}")  # fmt: skip
+        report.node_lost_jobs = lost
+        report.unplanned = sorted(
+            f"{r.id} {r.state.value}, planned {planned.get(r.spec.name)}"
+            for r in store.jobs() if r.state.value != planned.get(r.spec.name)
+        )  # fmt: skip
+        report.out_of_service = sorted(
+            f"{d} {s.value}" for d, s in store.devices().items() if s is not DeviceState.READY
+        )
+    finally:
+        store.close()
+
+
 def figures(report: ChaosReport) -> dict[str, Any]:
     """The headline numbers of a run."""
-    rec = report.recovery_s
+    rec, nodes = report.recovery_s, report.node_recovery_s
+    detect, rejoin = report.node_detect_s, report.node_rejoin_s
+    ray = {
+        "node kills": report.node_kills,
+        "node down median s": round(statistics.median(detect), 3) if detect else None,
+        "node recovery median s": round(statistics.median(nodes), 3) if nodes else None,
+        "node recovery max s": round(max(nodes), 3) if nodes else None,
+        "node rejoin median s": round(statistics.median(rejoin), 3) if rejoin else None,
+        "nodes not recovered": len(report.unrecovered_nodes),
+        "jobs hit by node loss": len(report.node_lost_jobs),
+        "devices not READY": len(report.out_of_service),
+        "unplanned outcomes": len(report.unplanned),
+    }
     return {
         "jobs": report.jobs,
         "controller kills": report.controller_kills,
@@ -272,6 +621,7 @@ def figures(report: ChaosReport) -> dict[str, Any]:
         "device faults": report.faults,
         "recovery median s": round(statistics.median(rec), 3) if rec else None,
         "recovery max s": round(max(rec), 3) if rec else None,
+        **(ray if report.config.get("backend") == "ray" else {}),
         "jobs lost": len(report.lost),
         "duplicated": len(report.duplicated),
         "unfinished": len(report.unfinished),
@@ -290,9 +640,16 @@ def main() -> None:
     ap.add_argument("--worker-kills", type=int, default=d.worker_kills)
     ap.add_argument("--fault-rate", type=float, default=d.fault_rate)
     ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--backend", choices=["local", "ray"], default=d.backend)
+    ap.add_argument("--node-kills", type=int, default=d.node_kills, help="Ray worker nodes")
+    ap.add_argument("--gap", type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
+                    help="seconds between two kills (default: 0.05 0.3)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep the run here (default: temp)")
     a = ap.parse_args()
-    cfg = ChaosConfig(a.jobs, a.controller_kills, a.worker_kills, a.fault_rate, a.seed)
+    cfg = ChaosConfig(a.jobs, a.controller_kills, a.worker_kills, a.fault_rate, a.seed,
+                      backend=a.backend, node_kills=a.node_kills)  # fmt: skip
+    if a.gap is not None:
+        cfg.gap_s = (a.gap[0], a.gap[1])
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="accelnet-chaos-") as tmp:
@@ -303,7 +660,12 @@ def main() -> None:
     print(f"{'cores':>20}  {os.cpu_count()}")
     for v in report.violations[:20]:
         print("VIOLATION", v)
-    out = Path(__file__).parent / "results" / "chaos_bench.json"
+    for n in report.unrecovered_nodes + report.out_of_service:
+        print("NOT BACK", n)
+    for n in report.unplanned[:20]:
+        print("UNPLANNED", n)
+    name = "chaos_bench.json" if cfg.backend == "local" else f"chaos_bench_{cfg.backend}.json"
+    out = Path(__file__).parent / "results" / name
     out.parent.mkdir(exist_ok=True)
     cmd = " ".join(["python", "bench/chaos_bench.py", *sys.argv[1:]])
     data = {"command": cmd, "cores": os.cpu_count(), "figures": figs, "report": asdict(report)}

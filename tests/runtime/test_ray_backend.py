@@ -164,7 +164,9 @@ def test_every_node_is_discovered_on_itself_into_one_fabric(
     assert fabric.level("n0/gpu0", "n1/gpu0") is Level.NETWORK_LEAF
     assert fabric.level("n1/gpu0", "n1/gpu2") < Level.NETWORK_LEAF
     assert backend.hosts() == dict.fromkeys(NODES, True)
-    assert backend.take_node_changes() == []  # every host had its node from the start
+    changes = backend.take_node_changes()  # every host had its node from the start
+    assert sorted((c.host, c.up) for c in changes) == [(h, True) for h in NODES]
+    assert backend.take_node_changes() == []  # each change once
     labels = {n["Labels"][HOST_LABEL]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
     # each task runs on its device's node, with CUDA_VISIBLE_DEVICES set by accelnet
     specs = [task(f"w-{d.replace('/', '-')}", d, tmp_path, None, where) for d in
@@ -238,9 +240,10 @@ def test_a_declared_machine_that_is_missing_starts_offline_and_close_leaves_noth
     with options.connect(declared, tmp_path / "work", ManualClock(T0)) as b:
         assert b.fabric is declared
         assert b.hosts() == {"n0": True, "n1": True, "n2": False, "n3": False}
-        changes = b.take_node_changes()
-        assert [(c.host, c.up) for c in changes] == [("n2", False), ("n3", False)]
-        assert changes[1].devices == ("n3/gpu0",)
+        changes = b.take_node_changes()  # every host: the first two are up
+        got = [(c.host, c.up) for c in changes]
+        assert got == [("n0", True), ("n1", True), ("n2", False), ("n3", False)]
+        assert changes[3].devices == ("n3/gpu0",)
         assert any("n2 should have" in n for n in b.notes), b.notes
         ev = run(b, task("off", "n3/gpu0", tmp_path, "true"))["off"]
         assert (ev.kind, ev.error) == (TaskEventKind.LOST, "node n3 is down")

@@ -175,7 +175,9 @@ class RayBackend(
     # ----- start ------------------------------------------------------------------------
     def _start(self, reports: Sequence[NodeReport]) -> None:
         """Start every reported node's agent and wait for it; the fabric's other hosts
-        are down (reported as such by the first :meth:`take_node_changes`)."""
+        are down. The first :meth:`take_node_changes` reports every host, down or up: a
+        controller restarted on a store that has a host's devices OFFLINE (its node had
+        died before the restart, and is back) must hear that they are up again."""
         hellos = {r.host: self._spawn(r) for r in reports}
         timeout = self.options.connect_timeout_s
         refs = list(hellos.values())
@@ -188,7 +190,11 @@ class RayBackend(
             except Exception as exc:
                 self._refuse(host, f"its agent did not start: {_first_line(exc)}")
         for node in self._nodes.values():
-            if not node.up:
+            if node.up:
+                what = node.report.describe() if node.report else ""
+                why = f"Ray node {str(node.node_id)[:8]} is this host: {what}"
+                self._changes.append(NodeChange(node.host, node.devices, True, now, why))
+            else:
                 self._changes.append(NodeChange(node.host, node.devices, False, now,
                                                 "no Ray node is this host"))  # fmt: skip
         self._checked = time.monotonic()
@@ -367,7 +373,8 @@ class RayBackend(
         return out
 
     def take_node_changes(self) -> list[NodeChange]:
-        """See :class:`SupportsMembership`."""
+        """See :class:`SupportsMembership`; the first call reports every host of the
+        fabric, those up as well as those down."""
         out, self._changes = self._changes, []
         return out
 

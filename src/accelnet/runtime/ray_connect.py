@@ -13,6 +13,7 @@ node yet start OFFLINE and come up when their node joins.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from accelnet.runtime.ray_backend import RayBackend
 
 EXTRA_HINT = "pip install 'accelnet[ray]'"
+_GONE_S = 10.0  # a node that failed to describe itself: how long Ray may take to say it died
 NODE_ID_LABEL = "ray.io/node-id"
 
 
@@ -119,9 +121,9 @@ class RayOptions:
                 raise RayConnectError(f"cannot join Ray at {self.address!r}: {exc}") from exc
         try:
             declared = load_fabric(fabric) if isinstance(fabric, str) else fabric
-            reports = self.describe(ray)
-            seen = [r.node_id for r in reports]
             notes: list[str] = []
+            reports = self.describe(ray, notes)
+            seen = [r.node_id for r in reports]
             if declared is None:
                 reports = unique_hosts(reports)
                 built = build_fabric_of(reports, network=self.network)
@@ -134,8 +136,11 @@ class RayOptions:
                 ray.shutdown()
             raise
 
-    def describe(self, ray: Any) -> list[NodeReport]:
-        """Run discovery on every live node, in parallel; the reports by node id order."""
+    def describe(self, ray: Any, notes: list[str] | None = None) -> list[NodeReport]:
+        """Run discovery on every live node, in parallel; the reports by node id order.
+        A node that dies meanwhile (Ray reports it dead within ``_GONE_S``) is left out,
+        with a note: it is down, as if it had died just before. RayConnectError if a
+        live node cannot be described in time."""
         remote = ray.remote(num_cpus=0, max_retries=0)(describe_node)
         nodes = alive_nodes(ray)
         refs = {
@@ -146,18 +151,33 @@ class RayOptions:
         }
         _, late = ray.wait(list(refs.values()), num_returns=len(refs),
                                timeout=self.connect_timeout_s)  # fmt: skip
-        if late:
-            raise RayConnectError(
-                f"{len(late)} of {len(refs)} Ray node(s) did not describe themselves within "
-                f"{self.connect_timeout_s:g} s"
-            )
-        out = []
+        out, failed = [], {}
         for node, ref in refs.items():
+            if ref in late:
+                failed[node] = f"did not describe itself within {self.connect_timeout_s:g} s"
+                continue
             try:
                 out.append(ray.get(ref))
             except Exception as exc:
-                raise RayConnectError(f"Ray node {node[:8]} could not be described: {exc}") from exc
+                failed[node] = f"could not be described: {exc}"
+        gone = _dead(ray, failed) if failed else set()
+        for node, why in failed.items():
+            if node not in gone:
+                raise RayConnectError(f"Ray node {node[:8]} {why}")
+            if notes is not None:
+                notes.append(f"Ray node {node[:8]} died while it was described; not used")
         return out
+
+
+def _dead(ray: Any, nodes: Mapping[str, str], wait_s: float = _GONE_S) -> set[str]:
+    """Those of ``nodes`` that Ray reports dead (or forgot) within ``wait_s``."""
+    end = time.monotonic() + wait_s
+    while True:
+        alive = alive_nodes(ray)
+        gone = {n for n in nodes if n not in alive}
+        if len(gone) == len(nodes) or time.monotonic() >= end:
+            return gone
+        time.sleep(0.1)
 
 
 def claim(fabric: Fabric, reports: list[NodeReport], notes: list[str]) -> list[NodeReport]:
