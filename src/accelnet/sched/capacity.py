@@ -106,6 +106,7 @@ class CapacityIndex:
         }
         self.partial: dict[str, list[tuple[int, int, str]]] = {c: [] for c in topo.classes}
         self._log: list[tuple[str, int]] = []
+        self._links: dict[str, tuple[tuple[str, int, Counts], ...]] = {}  # see _link
         self._unschedulable: dict[str, int] = {}
         for dev in self.schedulable.down:
             key = topo.class_of[dev].key
@@ -266,6 +267,7 @@ class CapacityIndex:
             twin.buckets = {c: [{} for _ in range(DEPTHS)] for c in self.buckets}
         twin.partial = {c: list(items) for c, items in self.partial.items()}
         twin._log = []
+        twin._links = {}  # the twin's own buckets, linked when it first changes
         twin._unschedulable = dict(self._unschedulable)
         return twin
 
@@ -288,21 +290,32 @@ class CapacityIndex:
             return
         delta = 1 if is_whole else -1
         counts = self.whole[cls]
-        all_buckets = self.buckets[cls]
-        node_order = topo.node_order
-        for node_id in topo.chain[dev]:
-            node = topo.nodes[node_id]
-            pos = node_order[node_id]
+        links = self._links.get(dev)
+        if links is None:
+            links = self._link(dev, cls)
+        for node_id, pos, buckets in links:
             before = counts.get(node_id, 0)
             after = before + delta
-            key = (node.level, node.within)
-            buckets = all_buckets[node.depth].get(key)
-            if buckets is None:
-                buckets = all_buckets[node.depth][key] = Counts()
             if before:
                 buckets.discard(before, pos)
             if after:
                 counts[node_id] = after
                 buckets.add(after, pos)
             else:
-                counts.pop(node_id, None)
+                del counts[node_id]
+
+    def _link(self, dev: str, cls: str) -> tuple[tuple[str, int, Counts], ...]:
+        """The domains holding ``dev``, each with its fabric order and the buckets its count
+        lives in (made if missing): what :meth:`_set` walks, looked up once per device."""
+        topo = self.topo
+        per_depth = self.buckets[cls]
+        links = []
+        for node_id in topo.chain[dev]:
+            node = topo.nodes[node_id]
+            key = (node.level, node.within)
+            buckets = per_depth[node.depth].get(key)
+            if buckets is None:
+                buckets = per_depth[node.depth][key] = Counts()
+            links.append((node_id, topo.node_order[node_id], buckets))
+        found = self._links[dev] = tuple(links)
+        return found
