@@ -23,13 +23,28 @@ Two refinements, each measured on Gavel's ``max_min_fairness.trace`` (BENCHMARKS
 
 ``guard`` (0 by default) holds every job to that fraction of its min-makespan rate: a
 softer and costlier way to bound the makespan.
+
+Above :data:`~.lp.CLASSES_ABOVE` active jobs, jobs alike (rates, gang and work left) are
+solved as classes (the same optimum); a class's time goes to its members one after the
+other in queue order (to each all of its time), as completion times favour, unless
+``guard`` holds every member to a rate (then equal shares).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from accelnet.sched.policies.lp import allocation, job_rows, pairs_of, solve, stack
+from accelnet.sched.policies.lp import (
+    CLASSES_ABOVE,
+    allocation,
+    class_pairs,
+    group,
+    job_rows,
+    pairs_of,
+    solve,
+    split,
+    stack,
+)
 from accelnet.sched.policies.min_makespan import MinMakespan, remaining_steps
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
@@ -57,24 +72,37 @@ class HeteroJct(RoundPolicy):
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         """See :class:`RoundPolicy`."""
-        p = pairs_of(ctx)
+        left = remaining_steps(ctx)
+        grouped = group(ctx, left) if len(ctx.jobs) > CLASSES_ABOVE else None
+        if grouped is not None:
+            p, col = class_pairs(grouped)
+            size = grouped.sizes(p)
+        else:
+            p = pairs_of(ctx)
+            col, size = np.ones(p.n), np.ones(len(p.jobs))
         if p.n == 0:
             return {}
-        left = remaining_steps(ctx)
         gang = np.array([float(ctx.gang[p.jobs[i]]) for i, _ in p.pairs])
         progress = p.rate / np.array([left[p.jobs[i]] for i, _ in p.pairs])
         progress /= gang**self.gang_weight
         a, b = p.a_shared, p.b_shared
+        bounds = [(0.0, float(n)) for n in col]
+        guarded = False
         if self.guard > 0:
             theta = MinMakespan().theta(ctx)
             if theta is not None:
-                need = np.array([left[j] for j in p.jobs]) * theta * self.guard
+                need = np.array([left[j] for j in p.jobs]) * size * theta * self.guard
                 a = stack(a, -job_rows(p, p.rate))
                 b = np.concatenate([b, -need])
-        v = solve(-progress, a, b, [(0.0, 1.0)] * p.n)
-        if v is None and self.guard > 0:
-            v = solve(-progress, p.a_shared, p.b_shared, [(0.0, 1.0)] * p.n)
-        return {} if v is None else allocation(p, v)
+                guarded = True
+        v = solve(-progress, a, b, bounds)
+        if v is None and guarded:
+            v, guarded = solve(-progress, p.a_shared, p.b_shared, bounds), False
+        if v is None:
+            return {}
+        if grouped is not None:  # jobs alike one after the other, unless each is guarded
+            return split(grouped, p, v, serial=not guarded)
+        return allocation(p, v)
 
     def order(self, ctx: RoundContext, x: Allocation) -> list[tuple[str, str]]:
         """The critical job's fastest model first (if protected); then allocated pairs by

@@ -4,13 +4,14 @@ Variables are ``x[j][m]`` for every pair a job may use (its rate there is positi
 any extra columns a policy adds (a level ``t``). The shared constraints are Gavel's: a job
 gets at most all of its time (``sum_m x[j][m] <= 1``) and a model's devices are not
 over-committed (``sum_j gang_j x[j][m] <= capacity_m``). Matrices are sparse, so a round
-of thousands of jobs is one sparse LP.
+of thousands of jobs is one sparse LP; above :data:`CLASSES_ABOVE` active jobs, policies
+solve over classes of jobs alike instead (:func:`group`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linprog
@@ -97,3 +98,84 @@ def job_rows(p: Pairs, coef: np.ndarray) -> csr_matrix:
     """One row per job: ``sum_m coef[pair] * x[pair]`` over the job's pairs."""
     rows = [i for i, _ in p.pairs]
     return coo_matrix((coef, (rows, range(p.n))), shape=(len(p.jobs), p.n)).tocsr()
+
+
+CLASSES_ABOVE = 500  # active jobs from which the LP policies solve over classes of jobs alike
+
+
+@dataclass
+class Grouped:
+    """Jobs alike (the same rates on every model, gang, weight, size and ``extra``) as
+    classes, each represented by its first member in queue order: ``ctx`` holds the
+    representatives only, ``members`` each class in queue order.
+
+    An LP over classes has one column per class and model, ``y``: the members' summed
+    time fractions, at most the class's size. Objectives and rows that treat the members
+    alike keep their optimum (by symmetry and convexity, averaging the members' columns
+    of any optimum is an optimum), so a queue of 100,000 jobs of a few dozen kinds is an
+    LP of a few hundred columns."""
+
+    ctx: RoundContext
+    members: dict[str, list[str]]
+
+    def sizes(self, p: Pairs) -> np.ndarray:
+        """Each class's size, aligned with ``p.jobs``."""
+        return np.array([float(len(self.members[j])) for j in p.jobs])
+
+
+def group(ctx: RoundContext, extra: Mapping[str, object] | None = None) -> Grouped:
+    """``ctx``'s jobs as classes of jobs alike (see :class:`Grouped`)."""
+    classes: dict[tuple[object, ...], list[str]] = {}
+    for job in ctx.jobs:
+        jid = job.id
+        key = (tuple(sorted(ctx.tput[jid].items())), ctx.gang[jid], ctx.weights.get(jid, 1.0),
+               ctx.size.get(jid), None if extra is None else extra[jid])  # fmt: skip
+        classes.setdefault(key, []).append(jid)
+    members = {ids[0]: ids for ids in classes.values()}
+    return Grouped(replace(ctx, jobs=[j for j in ctx.jobs if j.id in members]), members)
+
+
+def class_pairs(grouped: Grouped) -> tuple[Pairs, np.ndarray]:
+    """The representatives' pairs with each class's time row at its size, and the size of
+    each column's class."""
+    p = pairs_of(grouped.ctx)
+    size = grouped.sizes(p)
+    p.b_shared[: len(p.jobs)] = size
+    return p, size[[i for i, _ in p.pairs]]
+
+
+def split(
+    grouped: Grouped, p: Pairs, y: np.ndarray, serial: bool = False
+) -> dict[str, dict[str, float]]:
+    """Each member's allocation from the classes' column values ``y``: an equal share of
+    its class's, or with ``serial``, the class's time handed out member by member in queue
+    order (each up to all of its time, fastest model first), so that jobs alike run one
+    after the other rather than all at a fraction (better for completion times)."""
+    per_class: dict[str, dict[str, float]] = {}
+    for (i, model), value in zip(p.pairs, y[: p.n], strict=True):
+        if value > 1e-7:
+            per_class.setdefault(p.jobs[i], {})[model] = float(value)
+    out: dict[str, dict[str, float]] = {}
+    for rep, totals in per_class.items():
+        ids = grouped.members[rep]
+        if not serial:
+            share = {m: min(1.0, v / len(ids)) for m, v in totals.items()}
+            for jid in ids:
+                out[jid] = dict(share)
+            continue
+        rates = grouped.ctx.tput[rep]
+        left = dict(totals)
+        models = sorted(left, key=lambda m: (-rates.get(m, 0.0), m))
+        for jid in ids:
+            room = 1.0
+            for m in models:
+                take = min(room, left[m])
+                if take > 1e-7:
+                    out.setdefault(jid, {})[m] = take
+                    left[m] -= take
+                    room -= take
+                if room <= 1e-7:
+                    break
+            if all(v <= 1e-7 for v in left.values()):
+                break
+    return out

@@ -7,7 +7,9 @@ least ``r_j / T`` steps/s: the LP maximises ``theta = 1/T`` subject to
 ``sum_m rate x >= r_j theta`` (linear in ``x`` and ``theta``). A second LP keeps that
 ``theta`` and maximises the total progress rate ``sum_j (sum_m rate x) / r_j``, so spare
 capacity shortens jobs instead of idling. Re-solved every round as jobs finish and arrive.
-Jobs whose work is unknown get the median of the known remaining times.
+Jobs whose work is unknown get the median of the known remaining times. Above
+:data:`~.lp.CLASSES_ABOVE` active jobs, jobs alike (rates, gang and work left) are solved
+as classes, each member getting an equal share of its class's time (the same optimum).
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ import numpy as np
 from scipy.sparse import csr_matrix, hstack
 
 from accelnet.sched.policies.lp import (
+    CLASSES_ABOVE,
+    Grouped,
     Pairs,
     allocation,
+    class_pairs,
     extra_columns,
+    group,
     job_rows,
     pairs_of,
     solve,
+    split,
     stack,
 )
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
@@ -50,41 +57,65 @@ class MinMakespan(RoundPolicy):
 
     def theta(self, ctx: RoundContext) -> float | None:
         """The best ``1 / makespan`` an allocation reaches (None if the LP fails)."""
-        p = pairs_of(ctx)
+        left = remaining_steps(ctx)
+        p, size, _ = self._columns(ctx, left)
         if p.n == 0:
             return None
-        v = self._stage1(ctx, p, remaining_steps(ctx))
+        v = self._stage1(p, left, size)
         return None if v is None else float(v[-1])
 
     @staticmethod
-    def _stage1(ctx: RoundContext, p: Pairs, left: dict[str, float]) -> np.ndarray | None:
+    def _columns(
+        ctx: RoundContext, left: dict[str, float]
+    ) -> tuple[Pairs, np.ndarray, Grouped | None]:
+        """The LP's pairs, each row's class size (ones without classes), and the classes
+        when the queue is long enough to solve over them."""
+        if len(ctx.jobs) > CLASSES_ABOVE:
+            grouped = group(ctx, left)
+            p, _ = class_pairs(grouped)
+            return p, grouped.sizes(p), grouped
+        p = pairs_of(ctx)
+        return p, np.ones(len(p.jobs)), None
+
+    @staticmethod
+    def _stage1(p: Pairs, left: dict[str, float], size: np.ndarray) -> np.ndarray | None:
         jobs = len(p.jobs)
         speed = job_rows(p, p.rate)
-        need = np.array([left[j] for j in p.jobs])
+        need = np.array([left[j] for j in p.jobs]) * size  # a class's summed need
+        scale = float(np.max(need / size)) if jobs else 1.0  # theta * scale is O(rate):
+        # HiGHS's tolerances are absolute, and 1 / makespan alone is tiny
         a = stack(
             extra_columns(p.a_shared, 1),
-            csr_matrix(hstack([-speed, csr_matrix(need.reshape(-1, 1))])),
+            csr_matrix(hstack([-speed, csr_matrix((need / scale).reshape(-1, 1))])),
         )
         b = np.concatenate([p.b_shared, np.zeros(jobs)])
         c = np.zeros(p.n + 1)
         c[-1] = -1.0
-        return solve(c, a, b, [(0.0, 1.0)] * p.n + [(0.0, None)])
+        col = size[[i for i, _ in p.pairs]]
+        v = solve(c, a, b, [(0.0, n) for n in col] + [(0.0, None)])
+        if v is not None:
+            v[-1] /= scale
+        return v
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         """See :class:`RoundPolicy`."""
-        p = pairs_of(ctx)
+        left = remaining_steps(ctx)
+        p, size, grouped = self._columns(ctx, left)
         if p.n == 0:
             return {}
-        left = remaining_steps(ctx)
-        speed = job_rows(p, p.rate)  # steps/s of each job
-        need = np.array([left[j] for j in p.jobs])
+        speed = job_rows(p, p.rate)  # steps/s of each job (or class, summed)
+        need = np.array([left[j] for j in p.jobs]) * size
         # maximise theta s.t. need_j * theta - speed_j <= 0
-        v = self._stage1(ctx, p, left)
+        v = self._stage1(p, left, size)
         if v is None:
             return {}
         theta = v[-1] * (1 - 1e-6)
         progress = p.rate / np.array([left[p.jobs[i]] for i, _ in p.pairs])
         a2 = stack(p.a_shared, -speed)
         b2 = np.concatenate([p.b_shared, -need * theta])
-        v2 = solve(-progress, a2, b2, [(0.0, 1.0)] * p.n)
-        return allocation(p, v2 if v2 is not None else v)
+        col = size[[i for i, _ in p.pairs]]
+        v2 = solve(-progress, a2, b2, [(0.0, n) for n in col])
+        best = v2 if v2 is not None else v
+        if grouped is not None:  # equal shares: every member keeps the makespan's rate
+            return split(grouped, p, best)
+        return allocation(p, best)
