@@ -17,6 +17,9 @@ decision after every job end; a busy controller takes all the events a poll brin
 **Burst**: the same queue on the empty fabric, one decision placing all it can: jobs
 placed per second.
 
+**LP policies**: min-makespan and hetero-jct allocating for 1k, 10k and 100k queued jobs
+of 24 kinds, over classes of jobs alike and (up to 10k) with one column per job.
+
 **Growth**: steady-state FIFO placements/s (batch 1 and 10) against GPUs (1k -> 131k,
 queue 100k) and against queue length (1k -> 1M, 16,384 GPUs); with ``--sim``, the
 simulator's wall time against jobs and GPUs (bench/sim_scale_bench.py's ``sim_point``).
@@ -53,6 +56,11 @@ from rich.table import Table
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric, load_fabric
 from accelnet.sched import JobSpec, JobState, JobView, Scheduler
+from accelnet.sched.jobinfo import JobInfo
+from accelnet.sched.policies import hetero_jct, lp, min_makespan
+from accelnet.sched.policies.hetero_jct import HeteroJct
+from accelnet.sched.policies.min_makespan import MinMakespan
+from accelnet.sched.rounds import RoundContext
 from accelnet.sched.session import Session
 from benchutil import run_and_report, source_state, src_label
 from sched_bench import KINDS, draw_kind, make_spec, preload, preset_ref
@@ -188,6 +196,51 @@ def burst(fabric: Fabric, ordering: str, queue: int, seed: int) -> dict[str, Any
             "placed_per_s": len(decision.starts) / took}  # fmt: skip
 
 
+def lp_context(jobs: int, kinds: int, seed: int) -> RoundContext:
+    """``jobs`` queued jobs of ``kinds`` kinds (rates on three models, gang, work) for the
+    round-based LP policies, on 64 + 32 + 16 devices."""
+    rng = random.Random(seed)
+    models = ("H100-SXM", "A100-SXM4-80GB", "V100")
+    shapes = []
+    for k in range(kinds):
+        rates = {m: round(rng.uniform(0.5, 8.0), 2) for m in models}
+        steps = rng.choice((1000.0, 5000.0, 20_000.0))
+        shapes.append((k, rates, rng.choice((1, 1, 2, 4)), steps))
+    table: dict[str, dict[str, float]] = {}
+    views = []
+    for i in range(jobs):
+        k, rates, gang, steps = shapes[rng.randrange(kinds)]
+        spec = JobSpec.model_validate({"name": f"k{k}", "run": "x", "workload":
+                                       {"total_steps": steps},
+                                       "resources": {"accelerators": f"any:{gang}"}})  # fmt: skip
+        views.append(JobView(f"j{i}", spec, JobState.ADMITTED, float(i)))
+        table[f"k{k}"] = rates
+
+    def rate(spec: JobSpec, model: str, count: int) -> float:
+        return table[spec.name][model] * count
+
+    capacity = {"H100-SXM": 64, "A100-SXM4-80GB": 32, "V100": 16}
+    return RoundContext.of(views, capacity, JobInfo(10.0, rate))
+
+
+def lp_point(jobs: int, kinds: int, seed: int, per_job: bool) -> dict[str, Any]:
+    """Time to allocate with min-makespan and hetero-jct, over classes (or per job)."""
+    ctx = lp_context(jobs, kinds, seed)
+    out: dict[str, Any] = {"jobs": jobs, "kinds": kinds, "per_job": per_job}
+    saved = (lp.CLASSES_ABOVE, min_makespan.CLASSES_ABOVE, hetero_jct.CLASSES_ABOVE)
+    limit = 10**12 if per_job else 0
+    lp.CLASSES_ABOVE = min_makespan.CLASSES_ABOVE = hetero_jct.CLASSES_ABOVE = limit
+    try:
+        for name, policy in (("min-makespan", MinMakespan()), ("hetero-jct", HeteroJct())):
+            t = time.perf_counter()
+            x = policy.allocate(ctx)
+            out[f"{name}_s"] = time.perf_counter() - t
+            out[f"{name}_jobs"] = len(x)
+    finally:
+        lp.CLASSES_ABOVE, min_makespan.CLASSES_ABOVE, hetero_jct.CLASSES_ABOVE = saved
+    return out
+
+
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of log(y) on log(x)."""
     lx = [math.log(x) for x in xs]
@@ -220,8 +273,13 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     queues = (1000, 10_000) if quick else GROWTH_QUEUES
     target = (16_384, 10_000) if quick else (TARGET_GPUS, TARGET_QUEUE)
     tasks: list[tuple[str, Callable[[], Any]]] = []
-    result: dict[str, Any] = {"source": source_state(), "args": {k: str(v) for k, v in vars(args).items()}, "growth_gpus": [],
-                              "growth_queue": [], "sim": []}  # fmt: skip
+    result: dict[str, Any] = {
+        "source": source_state(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "growth_gpus": [],
+        "growth_queue": [],
+        "sim": [],
+    }
 
     def at_target() -> None:
         result["target"] = point(*target, args.seed, args.seconds, ("fifo", "priority"),
@@ -238,6 +296,12 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         g = min(GROWTH_QUEUE_GPUS, target[0])
         tasks.append((f"growth: {q:,} queued", lambda g=g, q=q: result["growth_queue"].append(
             point(g, q, args.seed, args.seconds / 2, ("fifo",), (1, 10)))))  # fmt: skip
+    result["lp"] = []
+    for jobs in (1000, 10_000) if quick else (1000, 10_000, 100_000):
+        for per_job in (False, True) if jobs <= 10_000 else (False,):
+            tasks.append((f"LP: {jobs:,} jobs{' per job' if per_job else ''}",
+                          lambda jobs=jobs, per_job=per_job: result["lp"].append(
+                              lp_point(jobs, 24, args.seed, per_job))))  # fmt: skip
     if args.sim:
         from sim_scale_bench import sim_point
 
@@ -345,6 +409,10 @@ def report(result: dict[str, Any], console: Console) -> None:
             xs, ys = _series(result[key], axis, batch)
             if len(xs) > 1:
                 console.print(f"{axis}: batch {batch} placements/s ~ n^{slope(xs, ys):.2f}")
+    for row in result["lp"]:
+        how = "one column per job" if row["per_job"] else "classes"
+        console.print(f"LP {row['jobs']:,} jobs, {row['kinds']} kinds, {how}: min-makespan "
+                      f"{row['min-makespan_s']:.2f} s, hetero-jct {row['hetero-jct_s']:.2f} s")  # fmt: skip
     for s in result["sim"]:
         console.print(f"sim {s['axis']}: {s['gpus']:,} GPUs, {s['jobs']:,} jobs: "
                       f"{s['wall_s']:.1f} s, peak {s['peak_rss_mb']:.0f} MB")  # fmt: skip
