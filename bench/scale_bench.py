@@ -411,8 +411,9 @@ def report(result: dict[str, Any], console: Console) -> None:
                 console.print(f"{axis}: batch {batch} placements/s ~ n^{slope(xs, ys):.2f}")
     for row in result["lp"]:
         how = "one column per job" if row["per_job"] else "classes"
-        console.print(f"LP {row['jobs']:,} jobs, {row['kinds']} kinds, {how}: min-makespan "
-                      f"{row['min-makespan_s']:.2f} s, hetero-jct {row['hetero-jct_s']:.2f} s")  # fmt: skip
+        mm, jct = row["min-makespan_s"], row["hetero-jct_s"]
+        console.print(f"LP {row['jobs']:,} jobs, {row['kinds']} kinds, {how}: "
+                      f"min-makespan {mm:.2f} s, hetero-jct {jct:.2f} s")  # fmt: skip
     for s in result["sim"]:
         console.print(f"sim {s['axis']}: {s['gpus']:,} GPUs, {s['jobs']:,} jobs: "
                       f"{s['wall_s']:.1f} s, peak {s['peak_rss_mb']:.0f} MB")  # fmt: skip
