@@ -1,5 +1,6 @@
 """Task isolation on one machine: a task never sees the server's tokens, credentials or
-database path in its environment, and its job's folders are the service user's only (0700)."""
+database path in its environment, it starts in its own scratch folder, and its job's
+folders are the service user's only (0700)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def secret_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def test_tasks_see_no_server_secrets_and_private_dirs(secret_server: Server) -> None:
     srv = secret_server
-    run = 'env; echo "MODE $(stat -c %a "$ACCELNET_SCRATCH")"; echo "$PASSED"'
+    run = ('env; echo "CWD $(pwd) $ACCELNET_SCRATCH"; '
+           'echo "MODE $(stat -c %a "$ACCELNET_SCRATCH")"; echo "$PASSED"')  # fmt: skip
     with srv.client("alice") as c:
         r = c.post(f"{V1}/jobs", json={"name": "envdump", "run": run, "env": {"PASSED": "yes"}})
         assert r.status_code == 201, r.text
@@ -61,6 +63,8 @@ def test_tasks_see_no_server_secrets_and_private_dirs(secret_server: Server) -> 
         assert job["state"] == "succeeded", job
         out = c.get(f"{V1}/jobs/{jid}/logs").text
     assert "ACCELNET_JOB=" in out and "MODE 700" in out and out.rstrip().endswith("yes")
+    cwd = next(line.split()[1:] for line in out.splitlines() if line.startswith("CWD "))
+    assert cwd[0] == cwd[1] and "/scratch/" in cwd[0]  # it starts in its own scratch dir
     for key, value in SECRETS.items():
         assert f"{key}=" not in out and value not in out, key
     assert str(srv.db) not in out

@@ -210,7 +210,7 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     db = ApiDb(opts.db)
     ray = RayOptions(opts.ray_address or "auto") if opts.backend == "ray" else None
     cluster = LocalCluster(opts.fabric, workdir, opts.db, scheduler, policy=opts.device_policy,
-                           ray=ray, run_as=users)  # fmt: skip
+                           ray=ray, run_as=users, task_cwd="scratch")  # fmt: skip
     port = LocalClusterPort(cluster)
     try:
         cluster.start()

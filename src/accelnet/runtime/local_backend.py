@@ -95,6 +95,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     (:mod:`accelnet.runtime.handoff`): jobs' outputs in ``<workdir>/outputs/<job>``, each
     attempt's shared memory in a folder under ``shm_base`` (default ``/dev/shm``).
 
+    ``task_cwd``: where tasks start, the backend's own working folder (``"inherit"``, as
+    ``accelnet run`` wants: job files name paths relative to it) or the device's scratch dir
+    (``"scratch"``, emptied between jobs, 0700; what the service uses). Tasks run as a
+    tenant's user (``run_as``) always start in their scratch dir.
+
     ``kill_grace_s`` is how long a cancelled or timed-out command has between SIGTERM and
     SIGKILL; ``ping_timeout_s`` bounds :meth:`refresh`'s health check. Workers send a
     heartbeat every ``heartbeat_s`` (:meth:`heartbeats`; None: none). ``device_reset``
@@ -119,11 +124,15 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         heartbeat_s: float | None = 1.0,
         device_reset: Callable[[Device], tuple[bool, str]] | None = None,
         run_as: Mapping[str, OsUser] | None = None,
+        task_cwd: Literal["inherit", "scratch"] = "inherit",
     ) -> None:
         if recycle not in RECYCLE_POLICIES:
             raise ValueError(f"unknown recycle policy {recycle!r}; valid: {RECYCLE_POLICIES}")
         self._devices = dict(devices)
         self._run_as = dict(run_as or {})
+        if task_cwd not in ("inherit", "scratch"):
+            raise ValueError(f"task_cwd {task_cwd!r}: inherit or scratch")
+        self._task_cwd = task_cwd
         self._workdir = Path(workdir).resolve()
         self._handoff = HandoffArea(self._workdir, shm_base)
         self._clock = clock
@@ -184,7 +193,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "grace_s": self._kill_grace_s,
             "sys_path": None,
             "user": None,
-            "cwd": None,
+            # where the task starts: its device's scratch dir, or the backend's own cwd
+            "cwd": str(self._scratch(device)) if self._task_cwd == "scratch" else None,
         }
         try:
             if task.payload is not None:

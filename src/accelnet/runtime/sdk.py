@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import cloudpickle
 
@@ -139,7 +139,8 @@ class LocalCluster(DeviceOps):
     (docs/ray.md) tasks run on a Ray cluster's nodes, whose devices make the fabric (or
     those of ``fabric``, which then declares the machines); their telemetry is not
     sampled and power caps are recorded, not enforced. ``run_as`` maps tenants to the users
-    of this machine their tasks run as (:mod:`accelnet.runtime.runas`; needs root)."""
+    of this machine their tasks run as (:mod:`accelnet.runtime.runas`; needs root);
+    ``task_cwd`` where tasks start (:class:`LocalBackend`)."""
 
     def __init__(
         self,
@@ -158,6 +159,7 @@ class LocalCluster(DeviceOps):
         history_s: float = HISTORY_WIDTH_S,
         ray: RayOptions | None = None,
         run_as: Mapping[str, OsUser] | None = None,
+        task_cwd: Literal["inherit", "scratch"] = "inherit",
     ) -> None:
         if run_as and ray is not None:
             raise ValueError("run_as: tasks run as another user on the local backend only")
@@ -183,6 +185,7 @@ class LocalCluster(DeviceOps):
                 emulated=emulated,
                 device_reset=NvidiaSmiReset(),  # real NVIDIA GPUs only, where permitted
                 run_as=run_as,
+                task_cwd=task_cwd,
             )
             samplers = default_samplers(self.fabric, local, emulated) if health else []
         self.store: Store = SqliteStore(db) if db is not None else MemoryStore()

@@ -323,7 +323,8 @@ class Worker:
             self._finish(req, *_call_as(req["user"], req["cwd"], fn, args, kwargs, (out, err),
                                         self.base_env, req["env"]))  # fmt: skip
             return
-        self._finish(req, *_call(fn, args, kwargs, (out, err), self.base_env, req["env"]))
+        self._finish(req, *_call(fn, args, kwargs, (out, err), self.base_env, req["env"],
+                                 req.get("cwd")))  # fmt: skip
 
     def _finish(
         self,
@@ -345,14 +346,17 @@ _Outcome = tuple[str, int | None, str | None, bytes | None]  # kind, exit code, 
 
 def _call(
     fn: Any, args: Any, kwargs: Any, fds: tuple[int, int], base: dict[str, str],
-    env: dict[str, str],
+    env: dict[str, str], cwd: str | None = None,
 ) -> _Outcome:  # fmt: skip
-    """Run a payload's function here, its output to ``fds``; how it ended."""
+    """Run a payload's function here (in ``cwd``, if given), its output to ``fds``; how it
+    ended."""
     import cloudpickle  # noqa: PLC0415 (loaded by the caller already)
 
     kind, code, error, result = "failed", None, None, None
     with _redirected(*fds, base, env):
         try:
+            if cwd is not None:
+                os.chdir(cwd)  # the worker's own is restored afterwards
             value = fn(*args, **kwargs)
         except SystemExit as e:  # sys.exit() in a function: judge it as a process's exit
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
