@@ -194,8 +194,9 @@ class SupportsMembership(ABC):
     @abstractmethod
     def take_node_changes(self) -> list[NodeChange]:
         """Machines that came up or went away since the last call (each change once, in
-        order); the first call also reports the machines that were not there when the
-        backend connected."""
+        order); the first call reports every machine, up or down, as the backend found
+        it when it connected (a restarted controller brings the devices of a machine that
+        is back out of OFFLINE)."""
 
 
 def lookup_device(devices: Mapping[str, Device], device_id: str) -> Device:
