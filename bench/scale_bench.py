@@ -10,7 +10,8 @@ with 10% half-GPU jobs, 40% needing a host or an NVLink domain, priorities 0-3).
 (``Session.put`` as RUNNING) and as many new jobs are queued as started, so the queue
 stays at ``QUEUE``. Timed: everything the scheduler does (drops, puts, decisions); not
 timed: drawing the random workload. Figures: placements per second of scheduler time
-(starts / time), decisions per second, decision latency (median, p99). ``BATCH`` 1 is a
+(starts / time), decisions per second, decision latency (median, p99); each the median of
+three consecutive runs (the machine is shared and noisy). ``BATCH`` 1 is a
 decision after every job end; a busy controller takes all the events a poll brings (10,
 100) and decides once.
 
@@ -251,15 +252,26 @@ def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return num / den if den else 0.0
 
 
-def point(gpus: int, queue: int, seed: int, seconds: float,
-          orderings: Sequence[str], batches: Sequence[int]) -> dict[str, Any]:  # fmt: skip
-    """Steady-state figures at one size, every ordering and batch."""
+def point(gpus: int, queue: int, seed: int, seconds: float, orderings: Sequence[str],
+          batches: Sequence[int], repeats: int = 3) -> dict[str, Any]:  # fmt: skip
+    """Steady-state figures at one size, every ordering and batch: medians of ``repeats``
+    runs of ``seconds / repeats`` of scheduler time each."""
     fabric = load_fabric(preset_ref(gpus))
     out: dict[str, Any] = {"gpus": gpus, "queue": queue, "runs": []}
     for ordering in orderings:
         session, running, work, setup = build(fabric, ordering, queue, seed)
         for batch in batches:
-            run = steady(session, running, work, batch, seconds)
+            runs = [steady(session, running, work, batch, seconds / repeats)
+                    for _ in range(repeats)]  # fmt: skip
+            rates = sorted(r["placements_per_s"] for r in runs)
+            run = {**runs[0], "placements_per_s": statistics.median(rates),
+                   "placements_per_s_all": rates,
+                   "decisions_per_s": statistics.median(r["decisions_per_s"] for r in runs),
+                   "decide_median_us": statistics.median(r["decide_median_us"] for r in runs),
+                   "decide_p99_us": statistics.median(r["decide_p99_us"] for r in runs),
+                   "starts": sum(r["starts"] for r in runs),
+                   "decisions": sum(r["decisions"] for r in runs),
+                   "scheduler_s": sum(r["scheduler_s"] for r in runs)}  # fmt: skip
             out["runs"].append({"ordering": ordering, **setup, **run})
         del session, running, work
         gc.collect()
