@@ -18,6 +18,10 @@ decision after every job end; a busy controller takes all the events a poll brin
 **Burst**: the same queue on the empty fabric, one decision placing all it can: jobs
 placed per second.
 
+**Fabric build**: each size's generated fabric (16,384 hosts of 8 H100s with NVLink
+inside and a three-tier fat tree across at 131,072 GPUs): wall time, and the peak of
+allocated memory (tracemalloc, a second build).
+
 **LP policies**: min-makespan and hetero-jct allocating for 1k, 10k and 100k queued jobs
 of 24 kinds, over classes of jobs alike and (up to 10k) with one column per job.
 
@@ -45,6 +49,7 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -256,8 +261,18 @@ def point(gpus: int, queue: int, seed: int, seconds: float, orderings: Sequence[
           batches: Sequence[int], repeats: int = 3) -> dict[str, Any]:  # fmt: skip
     """Steady-state figures at one size, every ordering and batch: medians of ``repeats``
     runs of ``seconds / repeats`` of scheduler time each."""
+    gc.collect()
+    t = time.perf_counter()
     fabric = load_fabric(preset_ref(gpus))
-    out: dict[str, Any] = {"gpus": gpus, "queue": queue, "runs": []}
+    built = time.perf_counter() - t
+    del fabric
+    gc.collect()
+    tracemalloc.start()
+    fabric = load_fabric(preset_ref(gpus))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    out: dict[str, Any] = {"gpus": gpus, "queue": queue, "runs": [], "fabric_s": built,
+                           "fabric_peak_mib": peak / 2**20}  # fmt: skip
     for ordering in orderings:
         session, running, work, setup = build(fabric, ordering, queue, seed)
         for batch in batches:
@@ -403,7 +418,8 @@ def report(result: dict[str, Any], console: Console) -> None:
         console.print(f"burst: {b['placed']:,} placed from {b['queue']:,} queued in "
                       f"{b['decide_s']:.2f} s = {b['placed_per_s']:,.0f}/s")  # fmt: skip
     growth = Table(title="growth, FIFO placements/s (batch 1 / batch 10)")
-    for col in ("GPUs", "queued", "batch 1", "batch 10", "decide median µs (batch 1)"):
+    for col in ("GPUs", "queued", "batch 1", "batch 10", "decide median µs (batch 1)",
+                "fabric build s", "build peak MiB", "session s"):  # fmt: skip
         growth.add_column(col, justify="right")
     for p in result["growth_gpus"] + result["growth_queue"]:
         by = {r["batch"]: r for r in p["runs"]}
@@ -414,6 +430,9 @@ def report(result: dict[str, Any], console: Console) -> None:
             f"{one['placements_per_s']:,.0f}",
             f"{ten['placements_per_s']:,.0f}",
             f"{one['decide_median_us']:,.0f}",
+            f"{p['fabric_s']:.2f}",
+            f"{p['fabric_peak_mib']:.0f}",
+            f"{one['session_s']:.1f}",
         )
     console.print(growth)
     for key, axis in (("growth_gpus", "gpus"), ("growth_queue", "queue")):
