@@ -71,8 +71,8 @@ def main() -> None:
         def start(i: int) -> float:
             with LocalBackend(DEVICES, Path(tmp) / f"s{i}", SystemClock(), emulated=True) as b:
                 t0 = time.perf_counter()
-                w = b._start(DEVICES[DEV])  # the private step, timed alone
-                assert b._ping(w, 10) is not None
+                w = b._pool.start(DEVICES[DEV])  # the private step, timed alone
+                assert b._pool.ping(w, 10) is not None
                 return (time.perf_counter() - t0) * 1e3
 
         def cold(kind: str) -> Callable[[int], float]:

@@ -11,51 +11,41 @@ fails the others are cancelled and the job is requeued while its retry budget la
 Released devices are refreshed (worker recycled, scratch cleaned) before reuse. A job that
 consumes earlier jobs' outputs (``inputs``) is held, PENDING, until they have succeeded
 (:mod:`accelnet.runtime.inputs`), and fails if one of them fails or is cancelled.
+
+This module holds the controller (start-up recovery, the public calls, scheduling, the
+launch path and the task events that settle each attempt); its device tracking is in
+:mod:`accelnet.runtime.controller_devices`, its runs (an attempt's tasks and accounting)
+in :mod:`accelnet.runtime.controller_runs`.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import cloudpickle
-
-from accelnet.devices import (
-    DEVICE_TRANSITIONS,
-    Device,
-    DeviceState,
-    allocate,
-    fail,
-    recover,
-    release,
-)
-from accelnet.devices import refreshed as refresh_done
+from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
 from accelnet.monitor.timing import DecisionTimer
 from accelnet.runtime.backend import (
     Backend,
-    NodeChange,
     SupportsHandoff,
     SupportsLiveLogs,
     SupportsMembership,
     SupportsProgress,
-    SupportsRefresh,
     TaskEvent,
     TaskEventKind,
-    TaskSpec,
 )
 from accelnet.runtime.clock import Clock
-from accelnet.runtime.entry import call_entrypoint
+from accelnet.runtime.controller_devices import _DeviceBook
+from accelnet.runtime.controller_runs import _accounting, _payload, _Run, _task_spec
 from accelnet.runtime.inputs import InputGate, resolve, verdict
 from accelnet.runtime.store import JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
 from accelnet.sched.scheduler import Reasons
 from accelnet.sched.session import Session
-from accelnet.statemachine import Tracked
 
 if TYPE_CHECKING:
     from accelnet.runtime.power_care import PowerHook
@@ -80,23 +70,6 @@ class Care(Protocol):
 
     def on_task_event(self, ev: TaskEvent) -> None:
         """An event of a task the controller did not launch."""
-
-
-@dataclass
-class _Run:
-    """One attempt of a job: its tasks and what they reported."""
-
-    attempt: int
-    world: int
-    started: set[int] = field(default_factory=set)
-    ended: dict[int, TaskEventKind] = field(default_factory=dict)
-    results: dict[int, Any] = field(default_factory=dict)
-    error: str | None = None  # first failure of the attempt
-    cancel: str | None = None  # why the controller stopped it (cancel / preempt)
-    launched: float = 0.0  # when its tasks were launched
-
-    def task_id(self, job: str, rank: int) -> str:
-        return f"{job}.{self.attempt}.{rank}"
 
 
 class Controller:
@@ -125,7 +98,9 @@ class Controller:
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[str, tuple[str, int]] = {}
         self._dirty = True
-        self._devices: dict[str, Device] = {}
+        # device states and holders (the scheduler's session is told of each change)
+        self._book = _DeviceBook(store, backend, clock, self._tell_session)
+        self._devices = self._book.states
         # live jobs (queued or holding devices), kept in step with the store: the store is
         # written through on every change and read only at start-up
         self._live: dict[str, JobRecord] = {}
@@ -134,7 +109,7 @@ class Controller:
         self.decision_timer = DecisionTimer()  # scheduler decision durations (/metrics)
         if isinstance(backend, SupportsProgress):
             self.session.progress = backend.progress
-        self._holders: dict[str, set[str]] = {}  # device -> jobs holding it
+        self._holders = self._book.holders  # device -> jobs holding it
         self._gate = InputGate()  # jobs held until their input jobs succeed
         self.care: Care | None = None  # device health and remediation, if attached
         self.power: PowerHook | None = None  # energy per job, a power budget (power_care)
@@ -147,18 +122,7 @@ class Controller:
         a cancel of theirs had been accepted."""
         now = self.clock.now()
         known = self.store.devices()
-        for dev in self.fabric.devices:
-            state = known.get(dev)
-            if state is None:
-                self._track(dev, Tracked(DeviceState.UNKNOWN))
-                self._set_device(dev, DeviceState.READY, now, "discovered")
-            elif state in (DeviceState.ALLOCATED, DeviceState.DRAINING, DeviceState.REFRESHING):
-                self._track(dev, Tracked(DeviceState.REFRESHING))
-                self._refresh(dev)
-                if state is DeviceState.DRAINING and self._devices[dev].state is DeviceState.READY:
-                    self._set_device(dev, DeviceState.DRAINED, now, "drained before the restart")
-            else:
-                self._track(dev, Tracked(state))
+        self._book.recover(self.fabric.devices, known, now)
         for rec in self.store.jobs(_LIVE):
             self._keep(rec)
         cancelled = {e.job for e in self.store.events_since(0, [CANCEL_REQUESTED])}
@@ -224,7 +188,8 @@ class Controller:
         and call this under it)."""
         if isinstance(self.backend, SupportsMembership):  # machines first: their tasks' LOST
             for change in self.backend.take_node_changes():  # events find them OFFLINE
-                self._node_change(change)
+                self._book.node_change(change)
+                self._dirty = True
         for ev in events:
             self._on_event(ev)
         if self.care is not None:
@@ -241,9 +206,7 @@ class Controller:
         requeued within their retry budget (the failure counts against it), or, without
         ``requeue``, left to finish."""
         now = self.clock.now()
-        if self._devices[dev].state is not DeviceState.UNHEALTHY:
-            self._track(dev, fail(self._devices[dev], dev, now, cause))
-            self.store.set_device(dev, DeviceState.UNHEALTHY, now, cause)
+        self._book.fail(dev, now, cause)
         self._dirty = True
         if not requeue:
             return
@@ -255,31 +218,16 @@ class Controller:
                 run.error = f"device {dev} failed: {cause}"
             self._stop(jid, f"device {dev} failed")
 
-    def _node_change(self, change: NodeChange) -> None:
-        """A machine went away (its devices OFFLINE; its tasks end LOST, which requeues
-        their jobs within their retry budget) or is up (OFFLINE devices: UNKNOWN, READY)."""
-        for dev in change.devices:
-            state = self._devices[dev].state
-            if not change.up and state is not DeviceState.OFFLINE:
-                self._set_device(dev, DeviceState.OFFLINE, change.at, change.cause)
-            elif change.up and state is DeviceState.OFFLINE:
-                self._set_device(dev, DeviceState.UNKNOWN, change.at, change.cause)
-                self._set_device(dev, DeviceState.READY, change.at, change.cause)
-        self._dirty = True
-
     def repair_device(self, dev: str, cause: str) -> None:
         """Remediation of an UNHEALTHY (or drained) device: refresh and probe it; it is
         READY again if that works."""
-        now = self.clock.now()
-        self._track(dev, recover(self._devices[dev], dev, now, cause))
-        self.store.set_device(dev, DeviceState.REFRESHING, now, cause)
-        self._refresh(dev)
+        self._book.repair(dev, self.clock.now(), cause)
         self._dirty = True
 
     def set_device(self, dev: str, state: DeviceState, cause: str) -> None:
         """Move a device to ``state`` (IllegalTransitionError if the device table does not
         allow it), recorded with ``cause``; decide again."""
-        self._set_device(dev, state, self.clock.now(), cause)
+        self._book.set(dev, state, self.clock.now(), cause)
         self._dirty = True
 
     def jobs_on(self, dev: str) -> list[str]:
@@ -296,6 +244,21 @@ class Controller:
         found = self._reasons.get(job_id)
         return found if found is not None else self.session.reason(job_id)
 
+    def log_path(self, job_id: str, attempt: int, rank: int, stream: str) -> Path:
+        """Where a task's ``stream`` (``out``/``err``) is: its log file once it has ended or,
+        while it runs on a backend that can say, the file it is being written to."""
+        task_id = f"{job_id}.{attempt}.{rank}"
+        final = self.log_dir / f"{task_id}.{stream}"
+        if isinstance(self.backend, SupportsLiveLogs) and not final.exists():
+            live = self.backend.live_log(task_id, stream)
+            if live is not None:
+                return live
+        return final
+
+    def device_states(self) -> dict[str, DeviceState]:
+        """Every device's current state."""
+        return {d: t.state for d, t in self._devices.items()}
+
     def live(self) -> int:
         """How many jobs are queued or running."""
         return len(self._live)
@@ -307,6 +270,11 @@ class Controller:
     def wake(self) -> None:
         """Something outside changed (a submission from another thread): decide again."""
         self._dirty = True
+
+    def _tell_session(self, dev: str, state: DeviceState) -> None:
+        """A device's new state, for the scheduler's session (the current one: it can be
+        replaced: :meth:`accelnet.api.port.LocalClusterPort.set_scheduler`)."""
+        self.session.set_device(dev, state)
 
     def _keep(self, rec: JobRecord) -> JobRecord:
         """Track a live job and give the scheduler its view (made once per change)."""
@@ -387,10 +355,7 @@ class Controller:
             self.power.launched(now)
 
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
-        for dev in placement.devices:
-            self._holders.setdefault(dev, set()).add(rec.id)
-            self._track(dev, allocate(self._devices[dev], dev, now, rec.id))
-            self.store.set_device(dev, DeviceState.ALLOCATED, now, f"allocated to {rec.id}")
+        self._book.allocate(rec.id, placement.devices, now)
         attempt = rec.attempts + 1
         self._transition(
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
@@ -405,31 +370,11 @@ class Controller:
                 f"{alias} = outputs of {job} at {where(job)} (by reference)"
                 for alias, job in rec.inputs))  # fmt: skip
         log_dir = self.log_dir
-        payload = rec.payload
-        if payload is None and rec.spec.entrypoint is not None:
-            ep = rec.spec.entrypoint
-            payload = cloudpickle.dumps((call_entrypoint, (ep.function, ep.args, ep.kwargs), {}))
+        payload = _payload(rec)
         for rank, dev in enumerate(placement.devices):
             tid = run.task_id(rec.id, rank)
             self._tasks[tid] = (rec.id, rank)
-            self.backend.launch(
-                TaskSpec(
-                    task_id=tid,
-                    job_id=rec.id,
-                    rank=rank,
-                    world=run.world,
-                    device=dev,
-                    devices=placement.devices,
-                    command=rec.spec.run if payload is None else None,
-                    payload=payload,
-                    env=dict(rec.spec.env),
-                    timeout_s=rec.spec.timeout_s,
-                    log_dir=str(log_dir),
-                    attempt=attempt,
-                    inputs=dict(rec.inputs),
-                    tenant=rec.spec.tenant,
-                )
-            )
+            self.backend.launch(_task_spec(rec, run, rank, dev, placement, payload, log_dir))
 
     def _stop(self, jid: str, why: str) -> None:
         run = self._runs.get(jid)
@@ -477,7 +422,7 @@ class Controller:
         ok = all(k is TaskEventKind.SUCCEEDED for k in run.ended.values())
         if rec.state is JobState.STARTING:  # ended before every rank reported STARTED
             rec = self._transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
-        acct = self._accounting(rec, run, now, ok)
+        acct = _accounting(rec, run, now, ok, self.backend, self.power)
         if ok:
             ranks = [run.results[r] for r in range(run.world)]
             result = ranks[0] if run.world == 1 else ranks
@@ -502,71 +447,5 @@ class Controller:
                 self._transition(rec.id, JobState.FAILED, now, error, failures=failures,
                                       error=error, finished_at=now, **acct)  # fmt: skip
         if placement is not None:
-            self._release(rec.id, placement, now)
+            self._book.release(rec.id, placement, now)
         self._dirty = True
-
-    def _accounting(self, rec: JobRecord, run: _Run, now: float, ok: bool) -> dict[str, Any]:
-        """The job's attained service and kept work after this attempt: device-seconds on
-        its model, and the steps done (all of them if it succeeded; what the backend says
-        it kept, if the backend can say; else as before); its energy, if accounted."""
-        attained = dict(rec.attained)
-        p = rec.placement
-        if p is not None:
-            used = (now - run.launched) * len(p.devices) * p.share
-            attained[p.model] = attained.get(p.model, 0.0) + used
-        done = rec.done
-        if ok:
-            done = rec.spec.workload.total_steps or done
-        elif isinstance(self.backend, SupportsProgress):
-            kept = self.backend.progress(rec.id)
-            done = done if kept is None else kept
-        out: dict[str, Any] = {"attained": tuple(sorted(attained.items())), "done": done}
-        if self.power is not None:  # the attempt's energy, added to the earlier ones'
-            out["energy"] = self.power.ended(rec, run.attempt, now)
-        return out
-
-    # ----- devices ------------------------------------------------------------------
-    def _track(self, dev: str, rec: Tracked[DeviceState]) -> None:
-        """A device's new state, for the controller and the scheduler's session."""
-        self._devices[dev] = rec
-        self.session.set_device(dev, rec.state)
-
-    def _set_device(self, dev: str, state: DeviceState, at: float, cause: str) -> None:
-        self._track(dev, self._devices[dev].to(DEVICE_TRANSITIONS, dev, state, at, cause))
-        self.store.set_device(dev, state, at, cause)
-
-    def _release(self, jid: str, placement: Placement, now: float) -> None:
-        for dev in placement.devices:
-            holders = self._holders.get(dev, set())
-            holders.discard(jid)
-            if holders:
-                continue  # another job still holds a share of it
-            rec = release(self._devices[dev], dev, now, jid)
-            self._track(dev, rec)
-            self.store.set_device(dev, rec.state, now, f"{jid} released it")
-            if rec.state is DeviceState.REFRESHING:
-                self._refresh(dev)
-
-    def _refresh(self, dev: str) -> None:
-        ok, detail = True, "nothing to refresh"
-        if isinstance(self.backend, SupportsRefresh):
-            ok, detail = self.backend.refresh(dev)
-        now = self.clock.now()
-        rec = refresh_done(self._devices[dev], dev, now, ok, detail)
-        self._track(dev, rec)
-        self.store.set_device(dev, rec.state, now, detail)
-
-    def log_path(self, job_id: str, attempt: int, rank: int, stream: str) -> Path:
-        """Where a task's ``stream`` (``out``/``err``) is: its log file once it has ended or,
-        while it runs on a backend that can say, the file it is being written to."""
-        task_id = f"{job_id}.{attempt}.{rank}"
-        final = self.log_dir / f"{task_id}.{stream}"
-        if isinstance(self.backend, SupportsLiveLogs) and not final.exists():
-            live = self.backend.live_log(task_id, stream)
-            if live is not None:
-                return live
-        return final
-
-    def device_states(self) -> dict[str, DeviceState]:
-        """Every device's current state."""
-        return {d: t.state for d, t in self._devices.items()}

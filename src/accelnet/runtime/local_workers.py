@@ -1,0 +1,282 @@
+"""The local backend's worker processes: one per device, spawned, pinged, drained, killed.
+
+A worker (:mod:`accelnet.runtime.worker`) starts on the first task for its device, in a
+session of its own, and serves that device's tasks one at a time until it is recycled or the
+backend closes; it reports ``started`` and ``done`` for each task, ``pong`` for a ping and a
+heartbeat now and then. Internal to :class:`~accelnet.runtime.local_backend.LocalBackend`,
+which owns one :class:`_Pool` (called from its thread only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from accelnet.fabric.model import Device
+from accelnet.runtime import worker as _worker
+from accelnet.runtime.backend import TaskEventKind, TaskSpec
+from accelnet.runtime.clock import Clock
+from accelnet.runtime.taskenv import device_env, device_path, scrub_env
+
+_LIVENESS_CHECK_S = 1.0  # poll looks at worker processes at least this often
+_REAP_TIMEOUT_S = 10.0  # waiting for a SIGKILLed process to be reaped
+
+
+@dataclass(slots=True)
+class _Task:
+    spec: TaskSpec
+    pid: int | None = None  # from the worker's "started"
+    deadline: float | None = None  # time.monotonic(); payload tasks with a timeout, once started
+
+
+@dataclass(slots=True, eq=False)
+class _Worker:
+    device: str
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+    log: Path
+    task: _Task | None = None
+    pong: int = -1
+    dead: bool = False
+    sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
+    beat: float = 0.0  # when it was last heard from (the injected clock)
+
+
+class _Pool:
+    """The workers of a backend's devices (``workers``: device id -> its live worker).
+
+    ``workdir`` holds the workers' logs, spools and the devices' scratch dirs; ``emulated``
+    and ``heartbeat_s`` are the backend's. ``finish(w, kind, **fields)`` ends ``w``'s task
+    with its terminal event, ``emit(task_id, kind, **fields)`` records an event, ``lose(
+    device, pid, how)`` notes a worker that died on its own.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        clock: Clock,
+        emulated: bool,
+        heartbeat_s: float | None,
+        finish: Callable[..., None],
+        emit: Callable[..., None],
+        lose: Callable[[str, int, str], None],
+    ) -> None:
+        self._workdir = workdir
+        self._clock = clock
+        self._emulated = emulated
+        self._heartbeat_s = heartbeat_s
+        self._finish = finish
+        self._emit = emit
+        self._lose = lose
+        self.workers: dict[str, _Worker] = {}
+        self.ever_started: set[str] = set()
+        self._log_dirs: dict[str, str] = {}  # a task's log_dir -> resolved
+        self._checked_at = 0.0  # when exit statuses were last read (monotonic)
+        self._ping_token = 0
+
+    # -- processes --------------------------------------------------------------------------
+
+    def start(self, device: Device) -> _Worker:
+        """Spawn ``device``'s worker (does not wait for it to come up). Raises ``OSError``."""
+        log = self._workdir / "workers" / f"{device_path(device.id)}.log"
+        _private_dir(self._workdir / "workers")
+        _private_dir(log.parent)
+        _private_dir(self._workdir / "scratch")
+        _private_dir(self.scratch(device))
+        env = scrub_env(os.environ)
+        env.update(device_env(device, self.scratch(device), self._emulated))
+        ours, theirs = socket.socketpair()
+        try:
+            with theirs, open(log, "ab") as log_file:
+                proc = subprocess.Popen(
+                    [sys.executable, "-P", _worker.__file__, str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log_file,
+                    pass_fds=(theirs.fileno(),),
+                    env=env,
+                    start_new_session=True,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        w = _Worker(device.id, proc, Connection(ours.detach()), log)
+        self.workers[device.id] = w
+        self.ever_started.add(device.id)
+        w.beat = self._clock.now()
+        init = {"parent_pid": os.getpid(), "spool": str(self.spool(device.id)),
+                "beat_s": self._heartbeat_s}  # fmt: skip
+        self.send(w, ("init", init))
+        return w
+
+    def send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        try:
+            w.conn.send(msg)
+        except OSError:
+            self.on_death(w)
+
+    def stop(self, w: _Worker) -> None:
+        """Ask an idle worker to exit; kill it if it has not within a second."""
+        self.send(w, ("exit",))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.proc.wait(1.0)
+        self.kill(w)
+
+    def kill(self, w: _Worker) -> int | None:
+        """SIGKILL the worker's process group, reap the worker, forget it; its exit code."""
+        w.dead = True
+        if self.workers.get(w.device) is w:
+            del self.workers[w.device]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(w.proc.pid, signal.SIGKILL)
+        if w.task is not None and w.task.pid is not None and w.task.spec.command is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(w.task.pid, signal.SIGKILL)  # the command's own session
+        code: int | None = None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = w.proc.wait(_REAP_TIMEOUT_S)
+        w.conn.close()
+        if w.task is not None:  # it died with a task: keep what the task wrote
+            self._salvage(w.device, w.task.spec)
+        return code
+
+    def _salvage(self, device: str, spec: TaskSpec) -> None:
+        spool = self.spool(device)
+        for stream in _worker.STREAMS:
+            path = f"{spool}.{stream}"
+            with contextlib.suppress(OSError):
+                if os.path.getsize(path) > 0:
+                    _worker.move_log(path, self.log_path(spec, stream))
+
+    def on_death(self, w: _Worker) -> None:
+        """The worker is gone (EOF, broken pipe or exited): its task is LOST."""
+        if w.dead:
+            return
+        task = w.task
+        code = self.kill(w)
+        how = "vanished" if code is None else _worker.describe_exit(code)
+        self._lose(w.device, w.proc.pid, how)
+        if task is not None:
+            error = f"worker of {w.device} (pid {w.proc.pid}) {how}" + self.log_tail(w)
+            self._finish(w, TaskEventKind.LOST, exit_code=code, error=error)
+
+    def ping(self, w: _Worker, timeout: float) -> float | None:
+        """Round trip to the worker in ms; None if it died or took over ``timeout`` s."""
+        self._ping_token += 1
+        token = self._ping_token
+        t0 = time.monotonic()
+        end = t0 + timeout
+        self.send(w, ("ping", token))
+        while not w.dead and w.pong != token:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            wait([w.conn], left)
+            self.drain(w)
+        return None if w.dead else (time.monotonic() - t0) * 1000.0
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def collect(self) -> None:
+        """Read every message waiting; notice dead workers; enforce payload timeouts."""
+        workers = list(self.workers.values())
+        if workers:
+            by_conn = {id(w.conn): w for w in workers}
+            for conn in wait([w.conn for w in workers], 0):
+                self.drain(by_conn[id(conn)])
+        now = time.monotonic()
+        # a dead worker's connection ends (EOF), which draining notices; exit statuses are
+        # also read now and then, for a worker whose connection lingers
+        check = now - self._checked_at >= _LIVENESS_CHECK_S
+        if check:
+            self._checked_at = now
+        for w in workers:
+            if w.dead:
+                continue
+            if check and w.proc.poll() is not None:
+                self.drain(w)
+                self.on_death(w)
+            elif w.task is not None and w.task.deadline is not None and w.task.deadline <= now:
+                timeout = w.task.spec.timeout_s
+                self.kill(w)
+                self._finish(w, TaskEventKind.FAILED, error=f"timed out after {timeout:g} s")
+
+    def drain(self, w: _Worker) -> None:
+        """Handle the messages ``w`` has sent, without blocking for more."""
+        while not w.dead:
+            try:
+                if not w.conn.poll(0):
+                    return
+                msg = w.conn.recv()
+            except (EOFError, OSError):
+                self.on_death(w)
+                return
+            self._handle(w, msg)
+
+    def _handle(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        op = msg[0]
+        w.beat = self._clock.now()
+        if op == "beat":
+            return
+        if op == "pong":
+            w.pong = msg[1]
+            return
+        task = w.task
+        if task is None or task.spec.task_id != msg[1]:
+            return  # news of a task already finished (e.g. cancelled meanwhile)
+        if op == "started":
+            task.pid = msg[2]
+            if task.spec.payload is not None and task.spec.timeout_s is not None:
+                task.deadline = msg[3] + task.spec.timeout_s
+            self._emit(task.spec.task_id, TaskEventKind.STARTED, result={"pid": msg[2]})
+        elif op == "done":
+            _, _, kind, code, error, blob = msg
+            result = None
+            if blob is not None:
+                try:
+                    result = cloudpickle.loads(blob)
+                except Exception as e:
+                    kind, error = "failed", f"the return value could not be unpickled: {e!r}"
+            self._finish(w, TaskEventKind(kind), exit_code=code, error=error, result=result)
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def scratch(self, device: Device) -> Path:
+        return self._workdir / "scratch" / device_path(device.id)
+
+    def spool(self, device: str) -> Path:
+        return self._workdir / "workers" / f"{device_path(device)}.spool"
+
+    def log_path(self, spec: TaskSpec, stream: str) -> str:
+        log_dir = self._log_dirs.get(spec.log_dir)
+        if log_dir is None:
+            log_dir = self._log_dirs[spec.log_dir] = str(Path(spec.log_dir).resolve())
+            with contextlib.suppress(OSError):  # the worker makes it if this cannot
+                _private_dir(Path(log_dir))  # the job logs: the service user's only
+        return f"{log_dir}/{spec.task_id}.{stream}"
+
+    @staticmethod
+    def log_tail(w: _Worker) -> str:
+        text = _worker.tail(str(w.log))
+        return f"; its log ends:\n{text}" if text else ""
+
+
+def _private_dir(path: Path) -> None:
+    """Make ``path`` (and missing parents) and leave it readable by its owner only (0700):
+    one user's tasks cannot read another's scratch, logs or payloads. Raises ``OSError``."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o066 or mode & 0o700 != 0o700:  # o+x (0711, :func:`runas.hand_over`) is kept
+        path.chmod(0o700)

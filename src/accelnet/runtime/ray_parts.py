@@ -1,0 +1,102 @@
+"""The Ray backend's records: what the driver knows of each node and each task, and the
+book of which nodes hold which jobs' outputs (for the hand-off between jobs).
+
+Internal to :class:`~accelnet.runtime.ray_backend.RayBackend`, its node membership
+(:mod:`accelnet.runtime.ray_members`) and its gangs (:mod:`accelnet.runtime.ray_gangs`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelnet.runtime.backend import TaskSpec
+from accelnet.runtime.ray_nodes import NodeReport
+
+_CALL_S = 30.0  # a blocking call to an agent (beyond the backend's own waits)
+_PACKS_KEPT = 64
+
+
+@dataclass(slots=True, eq=False)
+class _Node:
+    host: str
+    devices: tuple[str, ...]
+    node_id: str | None = None
+    report: NodeReport | None = None
+    agent: Any = None
+    up: bool = False
+    shared: bool = False  # its files are on the driver's file system
+    heard: float = 0.0  # time.monotonic() of its last answer (or of asking, if later)
+    polls: int = 0  # long polls outstanding (to its current agent)
+    epoch: int = 0  # agents started for it (answers of an earlier one are ignored)
+    seq: int = 0  # the last answer handled
+    beats: dict[str, tuple[float, int]] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    sent_path: list[str] | None = None
+
+
+@dataclass(slots=True)
+class _Task:
+    spec: TaskSpec
+    host: str
+    sent: bool = False  # handed to its agent (not held by its gang)
+
+
+class _Outputs:
+    """Which nodes hold parts of which jobs' outputs, and the packs of them already asked
+    for. Thread-safe where the backend's thread-safe methods use it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # job -> (its last attempt that succeeded somewhere, host -> news counter)
+        self._outputs: dict[str, tuple[int, dict[str, int]]] = {}
+        self._news = 0
+        self._packs: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+
+    def keep(self, t: _Task) -> None:
+        """A task succeeded: its node holds part of its job's outputs (of the attempt a
+        consumer will read: the job's last, which succeeded if the consumer runs)."""
+        with self._lock:
+            self._news += 1
+            attempt, hosts = self._outputs.get(t.spec.job_id, (0, {}))
+            if t.spec.attempt > attempt:
+                attempt, hosts = t.spec.attempt, {}
+            if t.spec.attempt == attempt:
+                hosts[t.host] = self._news
+                self._outputs[t.spec.job_id] = (attempt, hosts)
+
+    def hosts(self, job_id: str) -> list[str]:
+        """The hosts that hold parts of ``job_id``'s outputs. Thread-safe."""
+        with self._lock:
+            return sorted(self._outputs.get(job_id, (0, {}))[1])
+
+    def sources(self, jobs: Iterable[str]) -> dict[str, dict[str, int]]:
+        """For each of ``jobs``: host -> news counter of the part it holds. Thread-safe."""
+        with self._lock:
+            return {job: dict(self._outputs.get(job, (0, {}))[1]) for job in jobs}
+
+    def pack(self, job: str, src: str, news: int, agent: Any) -> Any:
+        """The Ray object of ``src``'s part of ``job``'s outputs (asked of ``agent`` once)."""
+        key = (job, src, news)
+        ref = self._packs.get(key)
+        if ref is None:
+            ref = self._packs[key] = agent.pack.remote(job)
+            while len(self._packs) > _PACKS_KEPT:
+                self._packs.popitem(last=False)
+        return ref
+
+
+def _keep_logs(spec: TaskSpec, logs: Mapping[str, bytes]) -> None:
+    folder = Path(spec.log_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stream, data in logs.items():
+        (folder / f"{spec.task_id}.{stream}").write_bytes(data)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
