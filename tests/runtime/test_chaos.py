@@ -4,23 +4,16 @@ devices failed and repaired; then every invariant holds and no job is lost."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "bench" / "chaos_bench.py"
+from tests.benchload import load_bench
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chaos_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("chaos_bench")
 
 
 @pytest.mark.slow

@@ -12,9 +12,7 @@ while a controller connects."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,20 +28,14 @@ from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.controller import Controller
 from accelnet.runtime.ray_connect import RayOptions
 from accelnet.runtime.sqlite_store import SqliteStore
+from tests.benchload import load_bench
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-BENCH = Path(__file__).parents[2] / "bench" / "chaos_bench.py"
-
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chaos_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("chaos_bench")
 
 
 def test_chaos_with_ray_node_kills_keeps_every_invariant_and_loses_no_job(

@@ -7,8 +7,6 @@ while the job's tasks were running was lost when the controller died before they
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,17 +19,11 @@ from accelnet.runtime.controller import CANCEL_REQUESTED, Controller
 from accelnet.runtime.invariants import check
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.sched import JobSpec, JobState, Scheduler
-
-BENCH = Path(__file__).parents[2] / "bench" / "crash_points_bench.py"
+from tests.benchload import load_bench
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("crash_points_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("crash_points_bench")
 
 
 @pytest.mark.slow
