@@ -260,8 +260,8 @@ class Scheduler:
         """The decision's waiting reasons: those written, and the lazy ones of the jobs not
         walked (a queue's tail, or with a merged queue every job of a failed shape)."""
         if w.everyone is not None:
-            if final is w.index and w.keep_index:
-                final = final.frozen()
+            if not tail:  # the merge ran out: every job not walked is of a failed shape
+                final = None
             started = {s.job for s in run.starts}
             total = len(set(w.pending)) + w.queued - len(started)
             return Reasons(run.waiting, w.everyone(), self, w.topo, final, failed,
