@@ -26,7 +26,7 @@ from accelnet.sim.engine import Simulation
 from accelnet.sim.policies import POLICY_NAMES, make_scheduler
 from accelnet.sim.records import SimResult
 from accelnet.sim.throughput import ThroughputModel
-from accelnet.sim.traces import TraceError, load_failures, load_trace, mtbf_failures
+from accelnet.sim.traces import TraceError, load_failures, mtbf_failures, stream_trace
 
 
 def simulate(
@@ -35,7 +35,7 @@ def simulate(
         str,
         typer.Option(
             "--trace",
-            help="a Gavel .trace, philly:PATH[,scale=S][,limit=N], "
+            help="a Gavel .trace, philly:PATH[,scale=S][,repeat=R][,limit=N], "
             "gavel-gen:n=N,lam=S, or a CSV/JSON trace of your own",
         ),
     ],
@@ -110,10 +110,12 @@ def simulate(
     try:
         model = ThroughputModel.gavel(rates)
         schedulers = [make_scheduler(n, model, round_s or 360.0, placement) for n in names]
-        jobs, notes = load_trace(trace, model, seed)
+        stream = stream_trace(trace, model, seed)  # lazy: read as the simulation runs
+        notes = stream.notes
         faults = load_failures(failures) if failures is not None else []
         if mtbf_s is not None:  # in addition to the schedule's
-            horizon = max((j.arrival for j in jobs), default=0.0) * 2 + 7 * 86400
+            last = max((j.arrival for j in stream_trace(trace, model, seed).jobs), default=0.0)
+            horizon = last * 2 + 7 * 86400
             faults += mtbf_failures(sorted(fab.devices), mtbf_s, horizon, seed, repair_s)
     except (TraceError, ValueError, OSError) as exc:
         fail(exc, 2)
@@ -130,22 +132,28 @@ def simulate(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=console, transient=as_json,
     ) as progress:  # fmt: skip
-        for name, scheduler in zip(names, schedulers, strict=True):
-            task = progress.add_task(f"{name}: jobs finished", total=len(jobs))
+        for i, (name, scheduler) in enumerate(zip(names, schedulers, strict=True)):
+            task = progress.add_task(f"{name}: jobs finished", total=stream.count)
             try:
+                if i:  # a stream is read once: each policy reads the trace anew
+                    stream = stream_trace(trace, model, seed)
                 sim = Simulation(
-                    fab, jobs, scheduler, model, failures=faults, round_s=round_s,
+                    fab, stream.jobs, scheduler, model, failures=faults, round_s=round_s,
                     restart_s=restart_s, checkpoint_s=checkpoint_s, power_caps=caps,
                     spread_penalty=spread_penalty, comm_model=comm_model,
-                    seed=seed, policy=name, trace=trace,
+                    seed=seed, policy=name, trace=trace, forget_finished=True,
+                    total=stream.count,
                 )  # fmt: skip
-            except ValueError as exc:
+            except (TraceError, ValueError) as exc:
                 fail(exc, 2)
 
             def show(done: int, total: int, task: TaskID = task) -> None:
-                progress.update(task, completed=done)
+                progress.update(task, completed=done, total=total)
 
-            result: SimResult = sim.run(until=until, progress=show)
+            try:
+                result: SimResult = sim.run(until=until, progress=show)
+            except (TraceError, ValueError) as exc:  # a bad line of a lazily read trace
+                fail(exc, 2)
             result.notes.extend(notes)
             results.append(result)
             figures.append(sim_metrics.compute(result))

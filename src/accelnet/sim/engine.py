@@ -9,6 +9,14 @@ same device lifecycle and retry rules. Only the backend (:class:`SimBackend`), t
 (a :class:`ManualClock`) and the store (a :class:`MemoryStore`) differ. Policies that want
 rounds (time slicing, Gavel-style allocations) get a decision at every multiple of
 ``round_s``.
+
+Traces stream: ``jobs`` may be any iterable in arrival order (a generator reading a file,
+say), pulled one job ahead of the clock; a list or tuple is sorted first, as before. Each
+job's outcome goes into a compact :class:`~accelnet.sim.columns.JobTable` the moment it
+ends, and the fabric's samples into a :class:`~accelnet.sim.columns.SampleTable`; with
+``forget_finished`` the store, the backend and the engine then let the ended job go, so
+memory grows by a few hundred bytes per job of the trace (its table row, its id, two samples
+or so), not by its spec and its event log.
 """
 
 from __future__ import annotations
@@ -17,20 +25,22 @@ import heapq
 import random
 import resource
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.controller import Controller, JobRejectedError
-from accelnet.runtime.store import MemoryStore, StoreError
+from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
 from accelnet.sim.backend import SimBackend
-from accelnet.sim.bounds import makespan_lp
+from accelnet.sim.bounds import MAX_JOBS, makespan_lp
+from accelnet.sim.columns import JobTable, SampleTable
 from accelnet.sim.commsim import CommSim
 from accelnet.sim.policies import model_rates
-from accelnet.sim.records import JobOutcome, Sample, SimResult
+from accelnet.sim.records import SimResult
+from accelnet.sim.store import SimStore
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.workload import DeviceFailure, SimJob
 
@@ -49,7 +59,7 @@ class Simulation:
     def __init__(
         self,
         fabric: Fabric,
-        jobs: Sequence[SimJob],
+        jobs: Iterable[SimJob],
         scheduler: Scheduler,
         rates: ThroughputModel,
         failures: Sequence[DeviceFailure] = (),
@@ -64,16 +74,33 @@ class Simulation:
         policy: str = "",
         trace: str = "",
         samples: bool = True,
+        forget_finished: bool = False,
+        total: int | None = None,
     ) -> None:
+        """``jobs``: a list or tuple (sorted here by arrival, then id) or any other
+        iterable in arrival order (ties in its order), read lazily; a job id seen twice is
+        a ValueError. ``forget_finished``: drop each ended job's record, events and spec
+        once its outcome is recorded (the store keeps no event log then); results are the
+        same. ``total``: how many jobs a stream holds, if known (for progress)."""
         if round_s is not None and not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
         self.fabric = fabric
-        self.jobs = sorted(jobs, key=lambda j: (j.arrival, j.id))
-        seen: set[str] = set()
-        for j in self.jobs:
-            if j.id in seen:
-                raise ValueError(f"job id {j.id!r} appears twice in the trace")
-            seen.add(j.id)
+        self.jobs: list[SimJob] | None = None  # the sorted jobs, when given as a sequence
+        if isinstance(jobs, list | tuple):
+            self.jobs = sorted(jobs, key=lambda j: (j.arrival, j.id))
+            self.total: int | None = len(self.jobs)
+            seen: set[str] = set()
+            for j in self.jobs:
+                if j.id in seen:
+                    raise ValueError(f"job id {j.id!r} appears twice in the trace")
+                seen.add(j.id)
+            self._source: Iterator[SimJob] = iter(self.jobs)
+        else:
+            self.total = total
+            self._source = iter(jobs)
+        self._seen: set[str] = set()  # ids arrived so far (a stream's duplicates)
+        self._next: SimJob | None = next(self._source, None)  # the next arrival
+        self._first: list[SimJob] = []  # the first MAX_JOBS + 1 jobs (for the LP bound)
         self.scheduler = scheduler
         self.rates = rates
         # a round-based policy gets a decision at every round boundary
@@ -82,8 +109,9 @@ class Simulation:
         self.policy = policy or scheduler.ordering.name
         self.trace = trace
         self.keep_samples = samples
+        self.forget = forget_finished
         self.clock = ManualClock(0.0)
-        self.store = MemoryStore()
+        self.store = SimStore(self._ended, forget=forget_finished)
         self._specs: dict[str, JobSpec] = {}
         self.backend = SimBackend(
             fabric, self.clock, rates, self._spec_of, restart_s=restart_s,
@@ -106,6 +134,11 @@ class Simulation:
         self.rejected: dict[str, str] = {}  # job -> why the fabric can never run it
         self.events = 0
         self.decisions = 0
+        self.arrived = 0  # jobs taken from the trace so far
+        self.outcomes = JobTable(sorted(self._capacity()))
+        self.samples = SampleTable()
+        self._row: dict[str, int] = {}  # live job -> its row of the outcomes
+        self._best = _BestRates(fabric, rates, spread_penalty)
 
     def _spec_of(self, job_id: str) -> JobSpec:
         return self._specs[job_id]
@@ -133,14 +166,10 @@ class Simulation:
         ``progress(finished, total)`` is called now and then."""
         t0 = time.perf_counter()
         controller, backend, clock = self.controller, self.backend, self.clock
-        jobs = self.jobs
-        n = len(jobs)
-        next_job = 0
         next_round = self.round_s if self.round_s is not None else INF
-        samples: list[Sample] = []
         last_report = 0.0
-        while next_job < n or not controller.idle():
-            t_arrival = jobs[next_job].arrival if next_job < n else INF
+        while self._next is not None or not controller.idle():
+            t_arrival = self._next.arrival if self._next is not None else INF
             t_end = backend.next_time()
             t_fault = self._failures[0][0] if self._failures else INF
             t = min(t_arrival, INF if t_end is None else t_end, t_fault)
@@ -150,7 +179,7 @@ class Simulation:
             if until is not None and t > until:
                 break
             clock.set(t)
-            next_job = self._arrive(next_job, t)
+            self._arrive(t)
             self._settle()  # what ends at t ends before a fault at t can touch it
             while self._failures and self._failures[0][0] <= t:
                 _, order, what, dev = heapq.heappop(self._failures)
@@ -161,17 +190,18 @@ class Simulation:
                     next_round += self.round_s or INF
             self._settle()
             if self.keep_samples:
-                samples.append(self._sample(t))
+                self._sample(t)
             if progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
-                progress(next_job - controller.live(), n)
+                progress(self.arrived - controller.live(), self._total())
         if progress is not None:
-            progress(next_job - controller.live(), n)
+            progress(self.arrived - controller.live(), self._total())
         if until is not None and clock.now() < until:
             clock.set(until)
             if self.keep_samples:
-                samples.append(self._sample(until))
+                self._sample(until)
         backend.charge_running(clock.now())  # attempts still running, up to the end
+        self._unfinished()
         notes = [f"rejected {jid}: {why}" for jid, why in list(self.rejected.items())[:5]]
         if len(self.rejected) > 5:
             notes.append(f"... and {len(self.rejected) - 5} more jobs rejected")
@@ -180,8 +210,8 @@ class Simulation:
             fabric=self.fabric.name,
             trace=self.trace,
             seed=self.seed,
-            jobs=self._outcomes(),
-            samples=samples,
+            jobs=self.outcomes,
+            samples=self.samples,
             capacity=self._capacity(),
             end=clock.now(),
             wall_s=time.perf_counter() - t0,
@@ -189,22 +219,80 @@ class Simulation:
             decisions=self.decisions,
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             notes=notes,
-            makespan_lp_s=makespan_lp(self.fabric, self.jobs, model_rates(self.rates)),
+            makespan_lp_s=makespan_lp(self.fabric, self._first, model_rates(self.rates)),
         )
         return result
 
-    def _arrive(self, next_job: int, t: float) -> int:
-        """Submit the jobs that arrive by ``t``; the index of the next one."""
-        jobs = self.jobs
-        while next_job < len(jobs) and jobs[next_job].arrival <= t:
-            job = jobs[next_job]
-            spec = self._specs[job.id] = job.spec()
-            try:
-                self.controller.submit(spec, job_id=job.id)
-            except JobRejectedError as exc:  # the fabric can never run it: say so, go on
-                self.rejected[job.id] = str(exc)
-            next_job += 1
-        return next_job
+    def _total(self) -> int:
+        return self.arrived if self.total is None else max(self.total, self.arrived)
+
+    def _arrive(self, t: float) -> None:
+        """Submit the jobs that arrive by ``t`` (pulling the trace one job ahead)."""
+        while self._next is not None and self._next.arrival <= t:
+            job = self._next
+            self._next = nxt = next(self._source, None)
+            if nxt is not None and nxt.arrival < job.arrival:
+                raise ValueError(
+                    f"the trace is not in arrival order: job {nxt.id!r} arrives at "
+                    f"{nxt.arrival:g} s, after job {job.id!r} at {job.arrival:g} s"
+                )
+            self._admit(job)
+
+    def _admit(self, job: SimJob) -> None:
+        """A job arrives: a row of the outcomes, then the controller has it (or the
+        fabric can never run it)."""
+        if job.id in self._seen:
+            raise ValueError(f"job id {job.id!r} appears twice in the trace")
+        self._seen.add(job.id)
+        self.arrived += 1
+        if len(self._first) <= MAX_JOBS:
+            self._first.append(job)
+        row = self._add_row(job)
+        spec = self._specs[job.id] = job.spec()
+        try:
+            self._row[job.id] = row
+            self.controller.submit(spec, job_id=job.id)
+        except JobRejectedError as exc:  # the fabric can never run it: say so, go on
+            self.rejected[job.id] = str(exc)
+            self.outcomes.settle(row, "rejected")
+            del self._row[job.id]
+            if self.forget:
+                del self._specs[job.id]
+
+    def _add_row(self, job: SimJob) -> int:
+        return self.outcomes.add(
+            job.id, job.job_type, job.tenant, job.gpus, job.arrival, job.work, job.weight,
+            job.priority, job.deadline, self._best.alone_s(job),
+        )  # fmt: skip
+
+    def _ended(self, rec: JobRecord, preemptions: int) -> None:
+        """A job ended (the store says so): its outcome, final; then let it go."""
+        row = self._row.pop(rec.id)
+        self._record(row, rec, preemptions)
+        if self.forget:
+            del self._specs[rec.id]
+            self.backend.use.pop(rec.id, None)
+
+    def _record(self, row: int, rec: JobRecord, preemptions: int) -> None:
+        state = _END_STATES.get(rec.state, "unfinished")
+        self.outcomes.settle(
+            row, state, end=rec.finished_at if state != "unfinished" else None,
+            attempts=rec.attempts, failures=rec.failures, preemptions=preemptions,
+        )  # fmt: skip
+        u = self.backend.use.get(rec.id)
+        if u is not None:
+            self.outcomes.use(row, u.first_start, u.run_s, u.device_s, u.energy_j)
+
+    def _unfinished(self) -> None:
+        """At the end: the jobs still queued or running as they stand, and the trace's
+        jobs that had not arrived (rows of their own, unfinished)."""
+        for jid, row in self._row.items():
+            self._record(row, self.store.get(jid), self.store.preemptions(jid))
+        while self._next is not None:
+            job, self._next = self._next, next(self._source, None)
+            if len(self._first) <= MAX_JOBS:
+                self._first.append(job)
+            self._add_row(job)
 
     def _settle(self) -> None:
         """Apply what the backend reports at the current time, deciding again, until
@@ -229,55 +317,17 @@ class Simulation:
         elif order - 1 not in self._skipped and state is DeviceState.UNHEALTHY:
             self.controller.repair_device(dev, "repaired")
 
-    def _sample(self, t: float) -> Sample:
+    def _sample(self, t: float) -> None:
         backend = self.backend
-        return Sample(
-            t=t,
-            busy=len(backend.busy),
-            devices=len(self.fabric.devices),
-            power_w=backend.power_w,
-            queued=self.controller.session.queued(),
-            running=backend.running,
-            busy_by_model=dict(backend.busy_by_model),
-        )
+        self.samples.add(
+            t, len(backend.busy), len(self.fabric.devices), backend.power_w,
+            self.controller.session.queued(), backend.running, backend.busy_by_model,
+        )  # fmt: skip
 
     def _capacity(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for d in self.fabric.devices.values():
             out[d.model.name] = out.get(d.model.name, 0) + 1
-        return out
-
-    def _outcomes(self) -> list[JobOutcome]:
-        out = []
-        use = self.backend.use
-        best = _BestRates(self.fabric, self.rates, self.spread_penalty)
-        for job in self.jobs:
-            try:
-                rec = self.store.get(job.id)
-            except StoreError:  # never stored: rejected, or it had not arrived
-                rec = None
-            o = JobOutcome(
-                id=job.id, job_type=job.job_type, tenant=job.tenant, gpus=job.gpus,
-                arrival=job.arrival, work=job.work, weight=job.weight, priority=job.priority,
-                deadline=job.deadline,
-            )  # fmt: skip
-            if job.id in self.rejected:
-                o.state = "rejected"
-            elif rec is not None:
-                o.state = _END_STATES.get(rec.state, "unfinished")
-                o.end = rec.finished_at if o.state != "unfinished" else None
-                o.attempts = rec.attempts
-                o.failures = rec.failures
-                o.preemptions = sum(1 for e in self.store.events(job.id)
-                                    if e.kind == "job:preempting")  # fmt: skip
-            u = use.get(job.id)
-            if u is not None:
-                o.first_start = u.first_start
-                o.run_s = u.run_s
-                o.device_s = dict(u.device_s)
-                o.energy_j = u.energy_j
-            o.alone_s = best.alone_s(job)
-            out.append(o)
         return out
 
 

@@ -30,7 +30,7 @@ def load_failures(path: str | Path) -> list[DeviceFailure]:
     column every failure is repaired after DeviceFailure's default, 3600 s.
     """
     # traces re-exports this module's functions, so its parsing helpers come in at call time
-    from accelnet.sim.traces import At, csv_rows, header, read_text  # noqa: PLC0415
+    from accelnet.sim.traceio import At, csv_rows, header, read_text  # noqa: PLC0415
 
     name, text = read_text(path)
     rows = csv_rows(name, text)

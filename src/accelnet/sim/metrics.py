@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from accelnet.sim.records import JobOutcome, Sample, SimResult
+from accelnet.sim.columns import JobColumns, job_columns, sample_columns
+from accelnet.sim.records import JobOutcome, SimResult
 
 SCHEMA = "accelnet.sim.metrics/v1"
 
@@ -232,70 +233,73 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return None if num is None or den is None or den <= 0 else num / den
 
 
-def _finished(job: JobOutcome) -> bool:
-    return job.state == "succeeded" and job.end is not None
-
-
-def _series(result: SimResult) -> tuple[FloatArray, list[Sample]]:
-    """Sample times (non-decreasing) and the samples in that order."""
-    samples = result.samples
-    t = np.fromiter((s.t for s in samples), dtype=np.float64, count=len(samples))
-    if t.size > 1 and bool(np.any(np.diff(t) < 0)):
-        order = np.argsort(t, kind="stable")
-        samples = [samples[i] for i in order]
-        t = t[order]
-    return t, samples
+def _seqsum(values: FloatArray) -> float:
+    """The sum added left to right, as Python's ``sum`` of the list would (numpy's own
+    sum adds pairwise and may differ in the last bits)."""
+    return float(np.cumsum(values)[-1]) if values.size else 0.0
 
 
 def finish_time_fairness(jobs: Sequence[JobOutcome], in_system: StepFunction) -> dict[str, float]:
     """rho per finished job with ``alone_s > 0``: JCT / (alone_s * N), N = mean of
     ``in_system`` over [arrival, end], at least 1."""
-    chosen = [j for j in jobs if _finished(j) and j.alone_s > 0]
-    if not chosen:
-        return {}
-    arrival = np.array([j.arrival for j in chosen], dtype=np.float64)
-    end = np.array([j.end for j in chosen], dtype=np.float64)
+    cols = job_columns(jobs)
+    ids, rho = _rho(cols, _done(cols), in_system)
+    return dict(zip(ids, rho.tolist(), strict=True))
+
+
+def _done(cols: JobColumns) -> npt.NDArray[np.bool_]:
+    """The finished rows: succeeded, with an end."""
+    return cols.is_state("succeeded") & ~np.isnan(cols.end)
+
+
+def _rho(
+    cols: JobColumns, done: npt.NDArray[np.bool_], in_system: StepFunction
+) -> tuple[list[str], FloatArray]:
+    """Ids and rho of the finished rows with ``alone_s > 0`` (in row order)."""
+    chosen = np.flatnonzero(done & (cols.alone_s > 0))
+    ids = [cols.ids[k] for k in chosen.tolist()]
+    if not ids:
+        return [], np.zeros(0, dtype=np.float64)
+    arrival = cols.arrival[chosen]
+    end = cols.end[chosen]
     span = end - arrival
     area = in_system.antiderivative(end) - in_system.antiderivative(arrival)
     safe = np.where(span > 0, span, 1.0)
     n = np.where(span > 0, area / safe, in_system.at(arrival))
     n = np.maximum(n, 1.0)
-    alone = np.array([j.alone_s for j in chosen], dtype=np.float64)
-    rho = span / (alone * n)
-    return {j.id: float(r) for j, r in zip(chosen, rho, strict=True)}
+    rho = span / (cols.alone_s[chosen] * n)
+    return ids, rho
 
 
-def _deadline_missed(job: JobOutcome, sim_end: float) -> bool:
-    assert job.deadline is not None
-    if _finished(job):
-        return job.end is not None and job.end > job.deadline
-    if job.state in ("failed", "cancelled", "rejected"):
-        return True
-    return sim_end > job.deadline
-
-
-def _bounds(finished: Sequence[JobOutcome], devices: int, first: float) -> float | None:
-    if not finished:
-        return None
-    work = sum(j.alone_s * j.gpus for j in finished)
-    spread = max(j.arrival + j.alone_s for j in finished) - first
-    by_work = work / devices if devices > 0 else 0.0
-    return max(by_work, spread)
+def _deadlines_missed(cols: JobColumns, sim_end: float) -> tuple[int, int]:
+    """(jobs with a deadline, those that missed it): a finished job if it ended after it,
+    a failed, cancelled or rejected one always, an unfinished one if the simulation ended
+    past it."""
+    has = ~np.isnan(cols.deadline)
+    done = _done(cols)
+    gave_up = cols.is_state("failed") | cols.is_state("cancelled") | cols.is_state("rejected")
+    with np.errstate(invalid="ignore"):
+        missed = np.where(done, cols.end > cols.deadline,
+                          np.where(gave_up, True, sim_end > cols.deadline))  # fmt: skip
+    return int(has.sum()), int((has & missed).sum())
 
 
 def compute(result: SimResult) -> Metrics:
     """Every figure of ``result`` (see the module's docstring for the definitions)."""
-    jobs = result.jobs
-    finished = [j for j in jobs if _finished(j)]
-    started = [j for j in jobs if j.first_start is not None]
-    t, samples = _series(result)
+    cols = job_columns(result.jobs)
+    sc = sample_columns(result.samples)
+    t = sc.t
+    n_jobs = len(cols)
+    done = _done(cols)
+    ends = cols.end[done]
+    started = ~np.isnan(cols.first_start)
 
-    first_arrival = min((j.arrival for j in jobs), default=float(t[0]) if t.size else 0.0)
+    first_arrival = float(cols.arrival.min()) if n_jobs else (float(t[0]) if t.size else 0.0)
     last_sample = float(t[-1]) if t.size else first_arrival
-    horizon = max(result.end, last_sample, max((j.end or 0.0 for j in jobs), default=0.0))
+    any_end = float(np.where(np.isnan(cols.end), 0.0, cols.end).max()) if n_jobs else 0.0
+    horizon = max(result.end, last_sample, max(any_end, 0.0) if n_jobs else 0.0)
 
-    jcts = [j.end - j.arrival for j in finished if j.end is not None]
-    makespan_end = max((j.end for j in finished if j.end is not None), default=None)
+    makespan_end = float(ends.max()) if ends.size else None
     makespan = None if makespan_end is None else makespan_end - first_arrival
     window_end = horizon if makespan_end is None else makespan_end
 
@@ -303,62 +307,58 @@ def compute(result: SimResult) -> Metrics:
     def step(values: FloatArray) -> StepFunction:
         return StepFunction(t, values)
 
-    n = len(samples)
-    busy = np.fromiter((s.busy for s in samples), dtype=np.float64, count=n)
-    devs = np.fromiter((s.devices for s in samples), dtype=np.float64, count=n)
-    ratio = np.divide(busy, devs, out=np.zeros_like(busy), where=devs > 0)
+    n = len(sc)
+    ratio = np.divide(sc.busy, sc.devices, out=np.zeros_like(sc.busy), where=sc.devices > 0)
     has_window = window_end > first_arrival and n > 0
     utilization = step(ratio).mean(first_arrival, window_end) if has_window else None
     by_model: dict[str, float] = {}
     for model, cap in sorted(result.capacity.items()):
         if cap <= 0 or not has_window:
             continue
-        counts = np.fromiter((s.busy_by_model.get(model, 0) for s in samples), np.float64, n)
-        by_model[model] = step(counts).mean(first_arrival, window_end) / cap
+        by_model[model] = step(sc.busy_of(model)).mean(first_arrival, window_end) / cap
 
-    # tenants
+    # tenants (in the order first seen, sums added job by job)
     device_s: dict[str, float] = {}
-    tenant_jcts: dict[str, list[float]] = {}
-    for j in jobs:
-        device_s[j.tenant] = device_s.get(j.tenant, 0.0) + sum(j.device_s.values())
-        tenant_jcts.setdefault(j.tenant, [])
-    for j in finished:
-        assert j.end is not None
-        tenant_jcts[j.tenant].append(j.end - j.arrival)
+    tenant_avg_all: dict[str, float | None] = {}
+    for k, tenant in enumerate(cols.tenants):
+        mine = cols.tenant == k
+        device_s[tenant] = _seqsum(cols.device_total[mine])
+        jcts_k = cols.end[mine & done] - cols.arrival[mine & done]
+        tenant_avg_all[tenant] = _seqsum(jcts_k) / jcts_k.size if jcts_k.size else None
     total_ds = sum(device_s.values())
     share = {k: (v / total_ds if total_ds > 0 else 0.0) for k, v in sorted(device_s.items())}
-    tenant_avg = {k: (sum(v) / len(v) if v else None) for k, v in sorted(tenant_jcts.items())}
+    tenant_avg = dict(sorted(tenant_avg_all.items()))
 
     # fairness
-    in_system = np.fromiter((s.queued + s.running for s in samples), np.float64, n)
-    rho = finish_time_fairness(jobs, step(in_system))
-    rho_vals = np.fromiter(rho.values(), dtype=np.float64, count=len(rho))
+    ids, rho_vals = _rho(cols, done, step(sc.queued + sc.running))
 
     # energy
-    power = np.fromiter((s.power_w for s in samples), dtype=np.float64, count=n)
+    power = sc.power_w
     energy = step(power).integral(float(t[0]), horizon) if n else 0.0
     powered = horizon - float(t[0]) if n else 0.0
     avg_power = energy / powered if powered > 0 else None
 
-    with_deadline = [j for j in jobs if j.deadline is not None]
     devices = sum(result.capacity.values())
-    makespan_lb = _bounds(finished, devices, first_arrival)
-    if makespan_lb is not None and result.makespan_lp_s is not None and len(finished) == len(jobs):
+    makespan_lb = None
+    if ends.size:
+        work = _seqsum(cols.alone_s[done] * cols.gpus[done])
+        spread = float((cols.arrival[done] + cols.alone_s[done]).max()) - first_arrival
+        makespan_lb = max(work / devices if devices > 0 else 0.0, spread)
+    if makespan_lb is not None and result.makespan_lp_s is not None and ends.size == n_jobs:
         makespan_lb = max(makespan_lb, result.makespan_lp_s)
-    jct_lb = sum(j.alone_s for j in finished) / len(finished) if finished else None
-    jct = Distribution.of(jcts)
+    jct_lb = _seqsum(cols.alone_s[done]) / ends.size if ends.size else None
+    jct = Distribution.of(ends - cols.arrival[done])
+    deadline_jobs, deadline_missed = _deadlines_missed(cols, horizon)
 
     return Metrics(
-        jobs_total=len(jobs),
-        jobs_finished=len(finished),
-        jobs_failed=sum(1 for j in jobs if j.state == "failed"),
-        jobs_cancelled=sum(1 for j in jobs if j.state == "cancelled"),
-        jobs_unfinished=sum(1 for j in jobs if j.state == "unfinished"),
-        jobs_rejected=sum(1 for j in jobs if j.state == "rejected"),
+        jobs_total=n_jobs,
+        jobs_finished=int(ends.size),
+        jobs_failed=int(cols.is_state("failed").sum()),
+        jobs_cancelled=int(cols.is_state("cancelled").sum()),
+        jobs_unfinished=int(cols.is_state("unfinished").sum()),
+        jobs_rejected=int(cols.is_state("rejected").sum()),
         jct=jct,
-        queueing=Distribution.of(
-            [j.first_start - j.arrival for j in started if j.first_start is not None]
-        ),
+        queueing=Distribution.of(cols.first_start[started] - cols.arrival[started]),
         makespan_s=makespan,
         window_start=first_arrival,
         window_end=window_end,
@@ -370,13 +370,13 @@ def compute(result: SimResult) -> Metrics:
         rho_max=float(rho_vals.max()) if rho_vals.size else None,
         rho_over_1=float(np.mean(rho_vals > 1.0)) if rho_vals.size else None,
         energy_j=energy,
-        energy_jobs_j=sum(j.energy_j for j in jobs),
+        energy_jobs_j=_seqsum(cols.energy_j),
         avg_power_w=avg_power,
         peak_power_w=float(power.max()) if n else None,
-        preemptions=sum(j.preemptions for j in jobs),
-        failures=sum(j.failures for j in jobs),
-        deadline_jobs=len(with_deadline),
-        deadline_missed=sum(1 for j in with_deadline if _deadline_missed(j, horizon)),
+        preemptions=int(cols.preemptions.sum()),
+        failures=int(cols.failures.sum()),
+        deadline_jobs=deadline_jobs,
+        deadline_missed=deadline_missed,
         makespan_lb_s=makespan_lb,
         jct_lb_avg_s=jct_lb,
         makespan_ratio=_ratio(makespan, makespan_lb),
@@ -386,5 +386,5 @@ def compute(result: SimResult) -> Metrics:
         decisions=result.decisions,
         events_per_s=result.events / result.wall_s if result.wall_s > 0 else None,
         peak_rss_mb=result.peak_rss_mb,
-        rho_by_job=rho,
+        rho_by_job=dict(zip(ids, rho_vals.tolist(), strict=True)),
     )

@@ -6,6 +6,7 @@ need nothing else; the engine fills them as the simulation runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -73,6 +74,9 @@ class Sample:
 class SimResult:
     """One simulation: its setup, every job's outcome, samples over time, and cost.
 
+    ``jobs`` and ``samples`` are sequences: lists, or the compact tables the engine fills
+    (:mod:`accelnet.sim.columns`), which make each record on access.
+
     ``capacity`` counts devices per model; ``wall_s`` is the real time the simulation took
     and ``events`` how many task events the controller handled; ``notes`` what a reader
     should know (jobs the fabric could never run, for one); ``makespan_lp_s`` a lower bound
@@ -83,8 +87,8 @@ class SimResult:
     fabric: str
     trace: str
     seed: int
-    jobs: list[JobOutcome]
-    samples: list[Sample]
+    jobs: Sequence[JobOutcome]  # a list, or the engine's JobTable (compact columns)
+    samples: Sequence[Sample]  # a list, or the engine's SampleTable
     capacity: dict[str, int]
     end: float = 0.0
     wall_s: float = 0.0
