@@ -36,6 +36,7 @@ by job id, never by spec identity across jobs), so a million queued jobs fit in 
 Run from the project root::
 
     .venv/bin/python bench/scale_bench.py [--seconds 3] [--sim] [--quick]
+    .venv/bin/python bench/scale_bench.py --replot --sim-json bench/results/sim_scale.json
 
 Writes ``bench/results/scale.json`` and ``bench/results/scale_growth.png``.
 """
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import random
 import statistics
@@ -68,7 +70,7 @@ from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.policies.min_makespan import MinMakespan
 from accelnet.sched.rounds import RoundContext
 from accelnet.sched.session import Session
-from benchutil import run_and_report, source_state, src_label
+from benchutil import run_and_report, source_state, src_label, write_json
 from sched_bench import KINDS, draw_kind, make_spec, preload, preset_ref
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -460,12 +462,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim", action="store_true", help="also the simulator's growth curves")
     p.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--replot",
+        action="store_true",
+        help="draw the plot again from --out (and --sim-json) without measuring",
+    )
+    p.add_argument("--sim-json", type=Path, default=None,
+                   help="with --replot: sim points from bench/sim_scale_bench.py")  # fmt: skip
     return p.parse_args(argv)
 
 
+def sim_points(path: Path) -> list[dict[str, Any]]:
+    """The growth points of bench/sim_scale_bench.py's result file, as ``--sim`` makes them."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [{"axis": axis, **p} for axis in ("jobs", "gpus") for p in data["growth"][axis]]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run, write the JSON, print the tables."""
+    """Run, write the JSON, print the tables (or, with ``--replot``, only draw again)."""
     args = parse_args(argv)
+    if args.replot:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        if args.sim_json is not None:
+            result["sim"] = sim_points(args.sim_json)
+            result["sim_from"] = str(args.sim_json)
+        result["plot"] = plot(result, PLOT)
+        write_json(result, args.out)
+        report(result, Console(width=140))
+        return
     run_and_report(args, run, report, args.out)
 
 
