@@ -293,14 +293,23 @@ class CapacityIndex:
         links = self._links.get(dev)
         if links is None:
             links = self._link(dev, cls)
-        for node_id, pos, buckets in links:
+        for node_id, pos, buckets in links:  # Counts.discard and .add, inlined (hot)
             before = counts.get(node_id, 0)
             after = before + delta
             if before:
-                buckets.discard(before, pos)
+                nodes = buckets[before]
+                nodes.remove(pos)
+                if not nodes:
+                    ordered = buckets.sorted
+                    del ordered[bisect.bisect_left(ordered, before)]
             if after:
                 counts[node_id] = after
-                buckets.add(after, pos)
+                nodes = buckets.get(after)
+                if nodes is None:
+                    nodes = buckets[after] = SortedList()
+                if not nodes:
+                    bisect.insort(buckets.sorted, after)
+                nodes.add(pos)
             else:
                 del counts[node_id]
 
