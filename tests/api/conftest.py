@@ -59,16 +59,22 @@ class Server:
         return self.proc.wait(timeout)
 
 
+def issue_tokens(api: ApiDb, people: tuple[tuple[str, str, Role], ...] = TOKENS) -> dict[str, str]:
+    """A token for each of ``people`` (name, tenant, role) in ``api``, their tenants
+    registered; by name."""
+    tokens, tenants = Tokens(api), Tenants(api)
+    out = {}
+    for name, tenant, role in people:
+        out[name] = tokens.create(tenant, role, name, time.time())[1]
+        tenants.ensure(tenant, time.time())
+    return out
+
+
 def make_tokens(db: Path) -> dict[str, str]:
     """The :data:`TOKENS`, created in ``db`` (tenants registered)."""
     api = ApiDb(db)
     try:
-        tokens, tenants = Tokens(api), Tenants(api)
-        out = {}
-        for name, tenant, role in TOKENS:
-            out[name] = tokens.create(tenant, role, name, time.time())[1]
-            tenants.ensure(tenant, time.time())
-        return out
+        return issue_tokens(api)
     finally:
         api.close()
 

@@ -14,10 +14,9 @@ from accelnet.api.app import create_app
 from accelnet.api.context import ApiContext, ApiSettings, build_context
 from accelnet.api.db import ApiDb
 from accelnet.api.port import LocalClusterPort
-from accelnet.api.tenants import Tenants
-from accelnet.api.tokens import Role, Tokens
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.sdk import LocalCluster
+from tests.api.conftest import TOKENS, issue_tokens
 
 with warnings.catch_warnings():  # starlette would rather have httpx2 behind its TestClient
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -49,14 +48,7 @@ class Api:
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("app")
     db = ApiDb(tmp / "state.db")
-    tokens = {}
-    for name, tenant, role in (
-        ("admin", "ops", Role.ADMIN),
-        ("alice", "vision", Role.USER),
-        ("bob", "speech", Role.USER),
-    ):
-        tokens[name] = Tokens(db).create(tenant, role, name, time.time())[1]
-        Tenants(db).ensure(tenant, time.time())
+    tokens = issue_tokens(db, TOKENS[:3])  # admin (ops), alice (vision), bob (speech)
     cluster = LocalCluster("mixed-lab", workdir=tmp / "work", db=tmp / "state.db")
     cluster.start()
     port = LocalClusterPort(cluster)

@@ -20,11 +20,9 @@ from accelnet.api.app import create_app
 from accelnet.api.context import ApiContext, ApiSettings, build_context
 from accelnet.api.db import ApiDb
 from accelnet.api.port import LocalClusterPort
-from accelnet.api.tenants import Tenants
-from accelnet.api.tokens import Role, Tokens
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.sqlite_store import SqliteStore
-from tests.api.conftest import spawn
+from tests.api.conftest import TOKENS, issue_tokens, spawn
 
 with warnings.catch_warnings():  # starlette would rather have httpx2 behind its TestClient
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -70,14 +68,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     """Every device drained: the jobs stay queued (nothing runs)."""
     tmp = tmp_path_factory.mktemp("idem")
     db = ApiDb(tmp / "state.db")
-    tokens = {}
-    for name, tenant, role in (
-        ("admin", "ops", Role.ADMIN),
-        ("alice", "vision", Role.USER),
-        ("bob", "speech", Role.USER),
-    ):
-        tokens[name] = Tokens(db).create(tenant, role, name, time.time())[1]
-        Tenants(db).ensure(tenant, time.time())
+    tokens = issue_tokens(db, TOKENS[:3])  # admin (ops), alice (vision), bob (speech)
     cluster = LocalCluster("pcie-4xL4", workdir=tmp / "work", db=tmp / "state.db")
     cluster.start()
     port = LocalClusterPort(cluster)
