@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import statistics
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,14 @@ def run_and_report(
     write_json(result, out)
     report(result, console)
     console.print(f"wrote {out}")
+
+
+def fit_power(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """(a, k) of ``y = a * x^k`` by least squares in log space."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    k = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
+        (a - mx) ** 2 for a in lx
+    )
+    return math.exp(my - k * mx), k

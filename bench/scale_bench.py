@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import random
 import statistics
 import sys
@@ -70,7 +69,7 @@ from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.policies.min_makespan import MinMakespan
 from accelnet.sched.rounds import RoundContext
 from accelnet.sched.session import Session
-from benchutil import run_and_report, source_state, src_label, write_json
+from benchutil import fit_power, run_and_report, source_state, src_label, write_json
 from sched_bench import KINDS, draw_kind, make_spec, preload, preset_ref
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -250,13 +249,8 @@ def lp_point(jobs: int, kinds: int, seed: int, per_job: bool) -> dict[str, Any]:
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of log(y) on log(x)."""
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    num = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True))
-    den = sum((a - mx) ** 2 for a in lx)
-    return num / den if den else 0.0
+    """The exponent of the least-squares fit ``y = a * x^k``."""
+    return fit_power(xs, ys)[1]
 
 
 def point(gpus: int, queue: int, seed: int, seconds: float, orderings: Sequence[str],

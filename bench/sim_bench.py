@@ -25,7 +25,6 @@ It prints tables and writes ``bench/results/sim.json``.
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import resource
 import shlex
@@ -41,7 +40,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from benchutil import run_and_report, source_state, src_label
+from benchutil import fit_power, run_and_report, source_state, src_label
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT.parent.parent / "shared" / "data"
@@ -90,17 +89,6 @@ def in_child(*args: Any) -> dict[str, Any]:
     """:func:`one_run` in a fresh process (spawned: nothing inherited)."""
     with mp.get_context("spawn").Pool(1) as pool:
         return pool.apply(one_run, args)
-
-
-def fit_power(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """(a, k) of ``y = a * x^k`` by least squares in log space."""
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    k = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
-        (a - mx) ** 2 for a in lx
-    )
-    return math.exp(my - k * mx), k
 
 
 def plot(scale: dict[str, list[dict[str, Any]]], fits: dict[str, tuple[float, float]]) -> None:

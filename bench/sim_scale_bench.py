@@ -49,7 +49,6 @@ import multiprocessing as mp
 import queue
 import resource
 import shlex
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -61,7 +60,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from benchutil import run_and_report, source_state, src_label
+from benchutil import fit_power, run_and_report, source_state, src_label
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT.parent.parent / "shared" / "data"
@@ -221,17 +220,6 @@ def in_child(
 
 
 # ------------------------------------------------------------------ the benchmark
-
-
-def fit_power(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """(a, k) of ``y = a * x^k`` by least squares in log space."""
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    k = sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
-        (a - mx) ** 2 for a in lx
-    )
-    return math.exp(my - k * mx), k
 
 
 def plot(by_jobs: list[dict[str, Any]], by_gpus: list[dict[str, Any]], gpus: int,
