@@ -57,12 +57,14 @@ if HERE not in sys.path:  # imported by path (the tests), not run as a script: i
 from chaos_ray import (  # noqa: E402
     CONTROLLER_RAY,
     RAY_NODES,
+    SUBMIT_PLANNED,
     RayChaosCluster,
     _audit_nodes,
     ray_fabric_spec,
 )
 
-CONTROLLER = r"""
+CONTROLLER = (
+    r"""
 import json, random, sys, time
 from pathlib import Path
 from accelnet.devices import DeviceState
@@ -85,17 +87,9 @@ ctl = Controller(fabric, store, backend, clock, str(work))
 for dev, state in ctl.device_states().items():  # faults of an earlier life: repaired now
     if state is DeviceState.UNHEALTHY:
         ctl.repair_device(dev, "chaos: repaired after restart")
-with open(work / "ready.txt", "a") as f:
-    f.write(f"{life} {time.time()}\n")
-known = {r.id for r in store.jobs()}
-acked = open(work / "acked.txt", "a")
-for spec in plan["jobs"]:
-    if spec["name"] not in known:  # submitted by no earlier life
-        ctl.submit(JobSpec.model_validate(spec), job_id=spec["name"])
-        acked.write(spec["name"] + "\n")
-        acked.flush()
-faults = open(work / "faults.txt", "a")
-broken: dict[str, float] = {}
+"""
+    + SUBMIT_PLANNED
+    + r"""broken: dict[str, float] = {}
 last = time.monotonic()
 while not ctl.idle():
     ctl.step(0.05)
@@ -116,6 +110,7 @@ while not ctl.idle():
 backend.close()
 print("idle", flush=True)
 """
+)
 
 
 @dataclass

@@ -25,7 +25,23 @@ if TYPE_CHECKING:
 # The controller on the Ray backend: the local one's loop, plus a line in nodes.txt each
 # time a machine's devices leave or re-enter service, and, at the end, a wait for every
 # machine to be back (the driver re-adds the nodes it killed) and every fault repaired.
-CONTROLLER_RAY = r"""
+# a controller life's start, the same on both backends: it says it is ready, then submits
+# the planned jobs no earlier life stored, recording each acknowledged one
+SUBMIT_PLANNED = r"""
+with open(work / "ready.txt", "a") as f:
+    f.write(f"{life} {time.time()}\n")
+known = {r.id for r in store.jobs()}
+acked = open(work / "acked.txt", "a")
+for spec in plan["jobs"]:
+    if spec["name"] not in known:  # submitted by no earlier life
+        ctl.submit(JobSpec.model_validate(spec), job_id=spec["name"])
+        acked.write(spec["name"] + "\n")
+        acked.flush()
+faults = open(work / "faults.txt", "a")
+"""
+
+CONTROLLER_RAY = (
+    r"""
 import json, random, sys, time
 from pathlib import Path
 from accelnet.devices import DeviceState
@@ -48,17 +64,9 @@ options = RayOptions(address=address, kill_grace_s=0.5, node_timeout_s=10.0,
                      gang_timeout_s=10.0, connect_timeout_s=60.0)
 backend = options.connect(fabric, str(work), clock)
 ctl = Controller(fabric, store, backend, clock, str(work))
-with open(work / "ready.txt", "a") as f:
-    f.write(f"{life} {time.time()}\n")
-known = {r.id for r in store.jobs()}
-acked = open(work / "acked.txt", "a")
-for spec in plan["jobs"]:
-    if spec["name"] not in known:  # submitted by no earlier life
-        ctl.submit(JobSpec.model_validate(spec), job_id=spec["name"])
-        acked.write(spec["name"] + "\n")
-        acked.flush()
-faults = open(work / "faults.txt", "a")
-nodes = open(work / "nodes.txt", "a")
+"""
+    + SUBMIT_PLANNED
+    + r"""nodes = open(work / "nodes.txt", "a")
 notes = open(work / "notes.txt", "a")  # the backend's notes (nodes refused, left out)
 noted = 0
 hosts = {h.name: h.device_ids for h in fabric.hosts}
@@ -104,6 +112,7 @@ while True:
 backend.close()
 print("idle", flush=True)
 """
+)
 
 # The Ray cluster of ``--backend ray``: host -> emulated devices; the first is the head
 # (never killed), the others are the worker nodes the chaos kills.
