@@ -13,6 +13,7 @@ backend shared between tests must be left with nothing running (the harness's jo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -206,17 +207,27 @@ def length(data: bytes) -> int:
     return len(data)
 
 
+@contextlib.contextmanager
+def pickled_by_value(name: str) -> Iterator[None]:
+    """Ship module ``name``'s functions by value while inside: workers need not import the
+    test module."""
+    module = sys.modules[name]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 class BackendContract:
     """The contract tests; a subclass named ``Test...`` provides the ``harness`` fixture."""
 
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
     def _pickle_by_value(cls) -> Iterator[None]:
-        """Ship this file's functions by value: workers need not import the test module."""
-        module = sys.modules[__name__]
-        cloudpickle.register_pickle_by_value(module)
-        yield
-        cloudpickle.unregister_pickle_by_value(module)
+        """This file's functions by value (:func:`pickled_by_value`)."""
+        with pickled_by_value(__name__):
+            yield
 
     # -- environment ------------------------------------------------------------------------
 

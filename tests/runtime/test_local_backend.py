@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import cloudpickle
 import psutil
 import pytest
 
@@ -34,6 +33,7 @@ from tests.runtime.backend_contract import (
     gone,
     length,
     nap,
+    pickled_by_value,
     run,
     started,
     task,
@@ -47,11 +47,8 @@ GPU0, GPU1, GPU2, GPU3 = "l4box/gpu0", "l4box/gpu1", "l4box/gpu2", "l4box/gpu3"
 
 @pytest.fixture(autouse=True, scope="module")
 def _pickle_this_module_by_value() -> Iterator[None]:
-    """Ship this file's functions by value: workers need not import the test module."""
-    module = sys.modules[__name__]
-    cloudpickle.register_pickle_by_value(module)
-    yield
-    cloudpickle.unregister_pickle_by_value(module)
+    with pickled_by_value(__name__):
+        yield
 
 
 @pytest.fixture

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 import pytest
 
 from accelnet.devices import DeviceState
@@ -38,6 +36,7 @@ from tests.runtime.backend_contract import (
     BackendContract,
     Harness,
     gone,
+    pickled_by_value,
     run,
     started,
     task,
@@ -52,10 +51,8 @@ NODES = {"n0": "2xT4", "n1": "3xL4", "n2": "2xL4_1xA100-SXM4-80GB"}  # n0 is the
 
 @pytest.fixture(autouse=True, scope="module")
 def _pickle_this_module_by_value() -> Iterator[None]:
-    module = sys.modules[__name__]
-    cloudpickle.register_pickle_by_value(module)
-    yield
-    cloudpickle.unregister_pickle_by_value(module)
+    with pickled_by_value(__name__):
+        yield
 
 
 @pytest.fixture(scope="module")

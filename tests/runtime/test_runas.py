@@ -8,12 +8,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import cloudpickle
 import pytest
 
 from accelnet.fabric import load_preset
@@ -28,7 +26,7 @@ from accelnet.runtime.runas import (
     untraversable,
     user_for,
 )
-from tests.runtime.backend_contract import T0, run, task
+from tests.runtime.backend_contract import T0, pickled_by_value, run, task
 
 DEVICES = load_preset("pcie-4xL4").devices
 GPU0, GPU1 = "l4box/gpu0", "l4box/gpu1"
@@ -38,10 +36,8 @@ needs_root = pytest.mark.skipif(not ROOT, reason="switching users needs root")
 
 @pytest.fixture(autouse=True, scope="module")
 def _pickle_this_module_by_value() -> Iterator[None]:
-    module = sys.modules[__name__]
-    cloudpickle.register_pickle_by_value(module)
-    yield
-    cloudpickle.unregister_pickle_by_value(module)
+    with pickled_by_value(__name__):
+        yield
 
 
 def test_parse_run_as_maps_tenants_and_names_what_is_wrong() -> None:
