@@ -9,7 +9,7 @@ preemption rule. The live controller and the simulator call the very same object
 
 from __future__ import annotations
 
-from collections import Counter
+import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,7 +21,13 @@ from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
 from accelnet.sched.placement import PLACEMENTS, PlacementStrategy, SeesTraffic, explain
-from accelnet.sched.preemption import PREEMPTIONS, PreemptionRule, VictimSearch, release
+from accelnet.sched.preemption import (
+    PREEMPTIONS,
+    NoPreemption,
+    PreemptionRule,
+    VictimSearch,
+    release,
+)
 from accelnet.sched.request import Rejection, Request, make_request, rejection
 from accelnet.sched.snapshot import (
     Decision,
@@ -159,23 +165,42 @@ class Scheduler:
         running = [j for j in snapshot.jobs if j.state in _HOLDING and j.placement]
         queued = queued_jobs(snapshot)
         ordered = self.ordering.order(snapshot, queued)
-        return self.walk(
-            Walk(
-                topo=topo,
-                tenants=snapshot.tenants,
-                index=self.capacity(snapshot, running),
-                running=running,
-                usage=usage_of(running),
-                held=[j for j in ordered if j.nominated],
-                ordered=ordered,
-                pending=[j.id for j in snapshot.jobs if j.state is JobState.PENDING],
-                queued=len(queued),
-                queued_ids=lambda: (j.id for j in queued),
-                time_shares=self.ordering.time_shares(snapshot),
-                info=JobInfo(snapshot.now, self.rates),
-                shapes=Counter(self.shape(j, topo) for j in queued),
-            )
+        held = [j for j in ordered if j.nominated]
+        walk = Walk(
+            topo=topo,
+            tenants=snapshot.tenants,
+            index=self.capacity(snapshot, running),
+            running=running,
+            usage=usage_of(running),
+            held=held,
+            ordered=ordered,
+            pending=[j.id for j in snapshot.jobs if j.state is JobState.PENDING],
+            queued=len(queued),
+            queued_ids=lambda: (j.id for j in queued),
+            time_shares=self.ordering.time_shares(snapshot),
+            info=JobInfo(snapshot.now, self.rates),
         )
+        if self.merges(held):
+            walk.failed = {}
+            walk.ordered = self.merge_listed(ordered, topo, walk.failed)
+            walk.everyone = lambda: ordered
+        return self.walk(walk)
+
+    def merge_listed(
+        self, ordered: Sequence[JobView], topo: Topology, failed: Mapping[Shape, str]
+    ) -> Iterator[JobView]:
+        """``ordered`` as per-shape queues merged again in its order (:func:`merge_shapes`)."""
+        by_shape: dict[Shape, list[JobView]] = {}
+        for job in ordered:
+            by_shape.setdefault(self.shape(job, topo), []).append(job)
+        rank = {j.id: i for i, j in enumerate(ordered)}
+        return merge_shapes(by_shape, lambda j: rank[j.id], failed)
+
+    def merges(self, held: Sequence[JobView]) -> bool:
+        """Whether a decision may walk per-shape queues merged (:func:`merge_shapes`):
+        when it prunes failed shapes, which it does unless preemption or held (nominated)
+        devices may still make room for a job whose shape did not fit."""
+        return self.prune and isinstance(self.preemption, NoPreemption) and not held
 
     def walk(self, w: Walk) -> Decision:
         """The decision itself, on prepared state (:meth:`decide` prepares it from a
@@ -184,8 +209,8 @@ class Scheduler:
         Within one decision free capacity and tenants' use only shrink and grow, so a job
         whose shape (:meth:`shape`) did not fit, or was over its tenant's quota, means every
         later job of that shape waits too, with the same reason, without being placed
-        again; and once every shape left in the queue (``w.shapes``) has failed, the walk
-        stops and the rest wait with their shapes' reasons (read when asked for). Not so
+        again; given per-shape queues merged (:func:`merge_shapes`), the walk never even
+        reads them, and they wait with their shape's reason (read when asked for). Not so
         with preemption or held (nominated) devices, where a job may still make room.
 
         Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back."""
@@ -205,10 +230,6 @@ class Scheduler:
         if self.prune and not (search or held):
             failed = w.failed if w.failed is not None else {}
         assert w.everyone is None or failed is not None, "a merged queue needs pruning"
-        left = None  # jobs of each shape not walked yet; open: shapes left that may fit
-        if failed is not None and w.shapes is not None and w.everyone is None:
-            left = {k: n for k, n in w.shapes.items() if n > 0}
-        open_shapes = len(left) if left is not None else -1
         tail: Sequence[JobView] = ()
         final: CapacityIndex | None = index
         jobs = iter(w.ordered)
@@ -219,20 +240,8 @@ class Scheduler:
                 tail = w.rest(job) if w.rest is not None else [job, *jobs]
                 final = index.frozen() if w.keep_index else index
                 break
-            if open_shapes == 0:  # every job left is of a shape that failed
-                tail = w.rest(job) if w.rest is not None else [job, *jobs]
-                final = None
-                break
             _, never, base, number = self._entry(job, topo)
             shape = (job.spec.tenant, number)
-            if left is not None and failed is not None:
-                n = left.get(shape, 0) - 1
-                if n < 0:  # not among the counts given: no early stop in this decision
-                    left, open_shapes = None, -1
-                else:
-                    left[shape] = n
-                    if n == 0 and shape not in failed:
-                        open_shapes -= 1
             if failed is not None:
                 known = failed.get(shape)
                 if known is not None:
@@ -241,8 +250,6 @@ class Scheduler:
             reason = self._one(job, never, base, run)
             if reason is not None and failed is not None:
                 failed[shape] = reason
-                if left is not None and left.get(shape, 0) > 0:
-                    open_shapes -= 1
         self._forget(w.queued, w.queued_ids)
         reasons = self._reasons(w, run, tail, final, failed or {})
         return Decision(
@@ -339,12 +346,11 @@ class Walk:
     ordering policy's order (any iterable: it is read once, as far as needed);
     ``keep_index``: the caller keeps ``index`` after the decision, so lazy reasons read a
     copy of it; ``rest``: the queue from a job on (by default what is left of
-    ``ordered``), for the reasons of a full fabric's queue tail; ``shapes``: how many of
-    the queued jobs have each shape (:meth:`Scheduler.shape`), so the walk can stop once
-    none left can start (None: it walks on). A caller may give ``ordered`` as a merge of
-    per-shape queues that drops a shape once it is in ``failed`` (the dict the walk fills);
-    then ``everyone`` gives every queued job, and the jobs the merge never offered wait
-    with their shape's reason, written when read."""
+    ``ordered``), for the reasons of a full fabric's queue tail. A caller may give
+    ``ordered`` as per-shape queues merged (:func:`merge_shapes`), dropping a shape once
+    it is in ``failed`` (the dict the walk fills); then ``everyone`` gives every queued
+    job, and the jobs the merge never offered wait with their shape's reason, written
+    when read."""
 
     topo: Topology
     tenants: Mapping[str, Tenant]
@@ -360,7 +366,6 @@ class Walk:
     keep_index: bool = False
     rest: Callable[[JobView], Sequence[JobView]] | None = None
     info: JobInfo | None = None  # rates, service and progress at the decision's time
-    shapes: Mapping[Shape, int] | None = None  # queued jobs of each shape (in ``ordered``)
     failed: dict[Shape, str] | None = None  # the shapes that failed, filled by the walk
     everyone: Callable[[], Sequence[JobView]] | None = None  # see the docstring
 
@@ -369,10 +374,10 @@ class Reasons(Mapping[str, str]):
     """Waiting reasons, those of the queue's tail computed when first read.
 
     The walk stops early when nothing is free (every later job waits with the reason its
-    request gets from the final, unchanging capacity index) or when every shape left has
-    failed (every later job waits with its shape's reason); writing them all at decision
-    time would only cost time, and reading them gives exactly what eager writing would
-    have.
+    request gets from the final, unchanging capacity index), and a merged queue never
+    offers the jobs of a shape that failed (they wait with its reason); writing them all
+    at decision time would only cost time, and reading them gives exactly what eager
+    writing would have.
     """
 
     def __init__(
@@ -442,6 +447,31 @@ class Reasons(Mapping[str, str]):
         if self._total is not None:
             return self._total
         return len(self._eager) + len(self._tail_list)
+
+
+def merge_shapes(
+    queues: Mapping[Shape, Iterable[JobView]],
+    key: Callable[[JobView], Any],
+    failed: Mapping[Shape, str],
+) -> Iterator[JobView]:
+    """The jobs of every per-shape queue (each in ``key`` order; keys unique) in ``key``
+    order, a shape's no more once the walk has found it failed (``failed`` is read before
+    each next job)."""
+    heap: list[tuple[Any, int, JobView, Shape, Iterator[JobView]]] = []
+    for n, (shape, queue) in enumerate(queues.items()):
+        it = iter(queue)
+        head = next(it, None)
+        if head is not None:
+            heap.append((key(head), n, head, shape, it))  # keys are unique: n breaks no tie
+    heapq.heapify(heap)
+    while heap:
+        _, n, job, shape, it = heap[0]
+        yield job
+        nxt = None if shape in failed else next(it, None)
+        if nxt is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (key(nxt), n, nxt, shape, it))
 
 
 def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

@@ -24,7 +24,6 @@ never changes after the fact and one nobody keeps costs nothing.
 
 from __future__ import annotations
 
-import heapq
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
@@ -39,8 +38,7 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
-from accelnet.sched.preemption import NoPreemption
-from accelnet.sched.scheduler import Scheduler, Shape, Walk, uncharge, usage_of
+from accelnet.sched.scheduler import Scheduler, Shape, Walk, merge_shapes, uncharge, usage_of
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
@@ -75,11 +73,8 @@ class Session:
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._shape: dict[str, Shape] = {}  # each queued job's shape (Scheduler.shape)
-        self._shapes: dict[Shape, int] = {}  # queued jobs of each shape
-        self._by_shape: dict[Shape, SortedKeyList[JobView]] = {}  # keyed policies only
-        self._merge = (
-            self._keyed and scheduler.prune and isinstance(scheduler.preemption, NoPreemption)
-        )  # decisions walk the per-shape queues, merged (see decide)
+        self._by_shape: dict[Shape, SortedKeyList[JobView]] = {}  # kept when _merge
+        self._merge = self._keyed and scheduler.merges(())  # see decide
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
         self.progress: ProgressFn | None = None  # the backend's progress reports, if any
         self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
@@ -107,9 +102,8 @@ class Session:
                 self._queue.add(job)
             else:
                 self._queued[job.id] = job
-            shape = self._shape[job.id] = self.scheduler.shape(job, self.topo)
-            self._shapes[shape] = self._shapes.get(shape, 0) + 1
             if self._merge:
+                shape = self._shape[job.id] = self.scheduler.shape(job, self.topo)
                 mine = self._by_shape.get(shape)
                 if mine is None:
                     mine = self._by_shape[shape] = SortedKeyList(key=self.scheduler.ordering.key)
@@ -133,13 +127,8 @@ class Session:
                 self._queue.remove(old)
             else:
                 del self._queued[job_id]
-            shape = self._shape.pop(job_id)
-            left = self._shapes[shape] - 1
-            if left:
-                self._shapes[shape] = left
-            else:
-                del self._shapes[shape]
             if self._merge:
+                shape = self._shape.pop(job_id)
                 mine = self._by_shape[shape]
                 mine.remove(old)
                 if not mine:
@@ -228,11 +217,15 @@ class Session:
             snap = snap or self.snapshot(now)
             shares = scheduler.ordering.time_shares(snap)
         failed: dict[Shape, str] | None = None
-        everyone = None
-        if self._merge and not held:  # only shapes that have not failed are walked
+        everyone: Callable[[], Sequence[JobView]] | None = None
+        if scheduler.merges(held):  # only shapes that have not failed are walked
             failed = {}
-            ordered = _merged(self._by_shape, key, failed)
-            everyone = self._everyone
+            if self._merge:
+                ordered, everyone = merge_shapes(self._by_shape, key, failed), self._everyone
+            else:  # a policy without a fixed key: its order of this decision, by shape
+                listed = list(ordered)
+                ordered = scheduler.merge_listed(listed, self.topo, failed)
+                everyone = lambda: listed  # noqa: E731
         index = self.index
         mark = index.mark()
         try:
@@ -252,7 +245,6 @@ class Session:
                     keep_index=True,
                     rest=self._rest if self._keyed else None,
                     info=JobInfo(now, scheduler.rates, self.progress),
-                    shapes=self._shapes,
                     failed=failed,
                     everyone=everyone,
                 )
@@ -296,28 +288,6 @@ class Session:
     def _queued_ids(self) -> Iterable[str]:
         yield from (j.id for j in self._queue)
         yield from self._queued
-
-
-def _merged(
-    queues: Mapping[Shape, Any], key: Callable[[JobView], Any], failed: Mapping[Shape, str]
-) -> Iterator[JobView]:
-    """The jobs of every per-shape queue in the ordering's order, a shape's no more once
-    the walk has found it failed (it reads ``failed`` before each next job)."""
-    heap: list[tuple[Any, int, JobView, Shape, Iterator[JobView]]] = []
-    for n, (shape, queue) in enumerate(queues.items()):
-        it = iter(queue)
-        head = next(it, None)
-        if head is not None:
-            heap.append((key(head), n, head, shape, it))  # keys are unique: n breaks no tie
-    heapq.heapify(heap)
-    while heap:
-        _, n, job, shape, it = heap[0]
-        yield job
-        nxt = None if shape in failed else next(it, None)
-        if nxt is None:
-            heapq.heappop(heap)
-        else:
-            heapq.heapreplace(heap, (key(nxt), n, nxt, shape, it))
 
 
 class _QueueTail(Sequence[JobView]):
