@@ -52,6 +52,7 @@ ENV_KEYS = (
     "ACCELNET_WORLD_SIZE",
     "ACCELNET_DEVICE",
     "ACCELNET_DEVICES",
+    "ACCELNET_DEVICE_SHARE",
     "ACCELNET_EMULATED",
     "ACCELNET_SCRATCH",
     "CUDA_VISIBLE_DEVICES",
@@ -257,6 +258,7 @@ class BackendContract:
             assert env["ACCELNET_RANK"] == str(r)
             assert env["ACCELNET_WORLD_SIZE"] == "2"
             assert env["ACCELNET_DEVICES"] == ",".join(gang)
+            assert env["ACCELNET_DEVICE_SHARE"] == "1"  # whole devices
             assert env["ACCELNET_JOB"] == "job1"
             assert env["ACCELNET_EMULATED"] == "1"
             assert env["CUDA_VISIBLE_DEVICES"] == ""  # emulated: no real GPU is visible

@@ -242,4 +242,4 @@ def test_plans_keep_quotas_fill_what_quotas_allow_and_match_the_round_mechanism(
             assert not (fits and allowed), (view.id, model)
     # the round mechanism (which also checks quotas) makes the very same plan
     if via_ctx:
-        assert RoundScheduler(policy)._make_plan(ctx, {}, {}) == plan
+        assert RoundScheduler(policy)._make_plan(ctx, {}, {}, {}) == (plan, {})

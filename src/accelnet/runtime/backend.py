@@ -33,6 +33,9 @@ class TaskSpec:
     ``attempt`` counts the job's launches (from 1); ``inputs`` maps each alias to the job
     whose outputs the task consumes, which a :class:`SupportsHandoff` backend hands over.
     ``tenant`` is the job's (a backend may run a tenant's tasks as a user of its own).
+    ``share`` is the part of each device the placement gives the job: below 1 for a job
+    that asked for a fraction of one, or that the scheduler packed beside another on the
+    same devices (space sharing); tasks see it as ``ACCELNET_DEVICE_SHARE``.
     """
 
     task_id: str
@@ -49,6 +52,7 @@ class TaskSpec:
     attempt: int = 1
     inputs: dict[str, str] = field(default_factory=dict)
     tenant: str = "default"
+    share: float = 1.0
 
 
 class TaskEventKind(StrEnum):

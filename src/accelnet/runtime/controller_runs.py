@@ -74,6 +74,7 @@ def _task_spec(
         attempt=run.attempt,
         inputs=dict(rec.inputs),
         tenant=rec.spec.tenant,
+        share=placement.share,
     )
 
 

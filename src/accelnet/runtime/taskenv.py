@@ -72,6 +72,7 @@ def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[
         "ACCELNET_RANK": str(task.rank),
         "ACCELNET_WORLD_SIZE": str(task.world),
         "ACCELNET_DEVICES": ",".join(task.devices),
+        "ACCELNET_DEVICE_SHARE": f"{task.share:g}",
     }
     if extra:
         env.update(extra)

@@ -42,11 +42,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.colocate import (
+    PACKED_SHARE,
+    Factors,
+    PairRateFn,
+    current_mates,
+    is_packed,
+    packable,
+)
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import explain
 from accelnet.sched.scheduler import Scheduler, Walk, canonical_quota, traffic_hook
-from accelnet.sched.snapshot import Decision, JobView, Preempt, Start, Tenant
+from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
 
@@ -73,6 +81,7 @@ class RoundContext:
     window: Window | None = None
     tenants: Mapping[str, Tenant] = field(default_factory=dict)
     size: dict[str, float] = field(default_factory=dict)  # devices a job holds: count x share
+    colocated: Callable[[str, str, str], Factors | None] | None = None  # (a, b, model)
 
     @classmethod
     def of(
@@ -146,6 +155,7 @@ class RoundPolicy(ABC):
 
     name = "?"
     preemptive = True
+    packs = False  # whether allocate() may return a PackedAllocation (space sharing)
 
     @abstractmethod
     def allocate(self, ctx: RoundContext) -> Allocation:
@@ -169,6 +179,11 @@ class RoundPolicy(ABC):
         ranked.sort(key=lambda r: r[0])
         return [(j, m) for _, j, m in ranked]
 
+    def order_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+        """Units to plan, most deserving first: a job alone ``((job,), model)`` or a packed
+        pair ``((a, b), model)``; by default :meth:`order`'s jobs alone."""
+        return [((j,), m) for j, m in self.order(ctx, x)]
+
 
 class RoundScheduler(Scheduler):
     """A :class:`Scheduler` whose decisions realise a round policy's allocations."""
@@ -181,6 +196,7 @@ class RoundScheduler(Scheduler):
         rates: RateFn | None = None,
         reset_s: float = 1920.0,
         upgrade: float | None = 0.5,
+        colocated: PairRateFn | None = None,
     ) -> None:
         if not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
@@ -190,6 +206,8 @@ class RoundScheduler(Scheduler):
         self._round = -1
         self._active: frozenset[str] = frozenset()
         self._plan: dict[str, str] = {}  # job -> model, for the current round
+        self._mate: dict[str, str] = {}  # job -> the job it is planned packed with
+        self.colocated = colocated  # pair rates, for policies that pack
         self._x: Allocation = {}
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
@@ -206,10 +224,11 @@ class RoundScheduler(Scheduler):
         self._forget(w.queued, w.queued_ids)
         waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
         if not jobs:
-            self._plan, self._active = {}, frozenset()
+            self._plan, self._mate, self._active = {}, {}, frozenset()
             return Decision((), (), waiting, {})
         round_no = math.floor(info.now / self.round_s)
         self.window.advance(info.now, running)
+        mates_now = current_mates(running)
         new_round = round_no != self._round
         # a job being stopped is still one of the jobs: its requeueing changes no plan
         active = frozenset(j.id for j in jobs) | frozenset(stopping)
@@ -219,20 +238,27 @@ class RoundScheduler(Scheduler):
             ctx = self._context(jobs + stopping_views, info, w)
             self._x = self.policy.allocate(ctx)
             keep: dict[str, str] = {}
+            kept_mates: dict[str, str] = {}
             if not preemptive:  # between rounds: running jobs and earlier plans stand
                 keep = {j.id: j.placement.model for j in running if j.placement is not None}
                 keep.update((j, self._plan[j]) for j in [*stopping, *(q.id for q in queued)]
                             if j in self._plan)  # fmt: skip
-            self._plan = self._make_plan(ctx, self._x, keep)
+                kept_mates = {j: m for j, m in self._mate.items() if j in keep and m in keep}
+                kept_mates.update(mates_now)
+            halves = frozenset(j.id for j in running if is_packed(j) and j.id not in mates_now)
+            self._plan, self._mate = self._make_plan(ctx, self._x, keep, kept_mates, halves)
             self._round, self._active = round_no, active
         preemptions: list[Preempt] = []
         if preemptive:
             for job in running:
                 planned = self._plan.get(job.id)
                 moved = job.placement is not None and planned != job.placement.model
+                why = self._why(job, planned)
+                if not moved and self._repack(job, mates_now):
+                    moved, why = True, f"{self.policy.name} round: packed anew"
                 if moved and job.state is JobState.RUNNING:
-                    preemptions.append(Preempt(job.id, "", self._why(job, planned)))
-        starts = self._starts(queued, w, waiting)
+                    preemptions.append(Preempt(job.id, "", why))
+        starts = self._starts(queued, running, w, waiting)
         quotas = any(t.quota for t in w.tenants.values())
         if (
             not preemptive
@@ -283,10 +309,30 @@ class RoundScheduler(Scheduler):
             out.append(Preempt(job.id, "", f"{self.policy.name}: moved to idle {model}"))
         return out
 
-    def _starts(self, queued: Sequence[JobView], w: Walk, waiting: dict[str, str]) -> list[Start]:
-        """Planned queued jobs onto free devices of their model (the rest wait, why noted)."""
+    def _repack(self, job: JobView, mates_now: Mapping[str, str]) -> bool:
+        """Whether a running job must stop to run packed anew: it runs whole but is planned
+        packed, or runs packed beside another job than the one it is planned with (a packed
+        job whose mate has gone keeps running: a new mate can join it)."""
+        planned, now = self._mate.get(job.id), mates_now.get(job.id)
+        if planned == now:
+            return False
+        if not is_packed(job):
+            return planned is not None
+        return now is not None
+
+    def _starts(
+        self,
+        queued: Sequence[JobView],
+        running: Sequence[JobView],
+        w: Walk,
+        waiting: dict[str, str],
+    ) -> list[Start]:
+        """Planned queued jobs onto free devices of their model (the rest wait, why noted);
+        a packed pair onto the same devices (:meth:`_packed`)."""
         starts: list[Start] = []
         started = traffic_hook(self.placement, w.topo, w.running)
+        held = {j.id: j for j in running}
+        reserved: dict[str, Placement] = {}  # a mate's half of devices its pair took
         for job in queued:
             model = self._plan.get(job.id)
             never, req = self.request(job, w.topo)
@@ -297,14 +343,38 @@ class RoundScheduler(Scheduler):
                 waiting[job.id] = f"{self.policy.name}: not planned to run this round"
                 continue
             mine = replace(req, classes=tuple(c for c in req.classes if c.model.name == model))
+            mate = self._mate.get(job.id)
+            if mate is not None:
+                packed = reserved.pop(job.id, None) or self._packed(mate, held, w)
+                if packed is not None:
+                    starts.append(Start(job.id, packed))
+                    continue
+                if mate in held:  # it runs whole, or its devices have no room left
+                    waiting[job.id] = f"planned packed with {mate}: waiting for its devices"
+                    continue
+                # its mate is queued (or being stopped): this job places the pair
             placed = self.placement.place(mine, w.index)
             if placed is None:
                 waiting[job.id] = f"planned on {model}: {explain(mine, w.index)}"
                 continue
             w.index.take_all(placed.devices, placed.share)
+            if mate is not None:  # the pair's devices: each member gets half of every one
+                placed = replace(placed, share=PACKED_SHARE)
+                reserved[mate] = placed
             starts.append(Start(job.id, placed))
             started(mine, placed)
         return starts
+
+    def _packed(self, mate: str, held: Mapping[str, JobView], w: Walk) -> Placement | None:
+        """Beside its planned mate, if that runs packed with room left on its devices."""
+        other = held.get(mate)
+        if other is None or other.placement is None or not is_packed(other):
+            return None
+        p = other.placement
+        if any(w.index.free_share(d) < PACKED_SHARE - 1e-9 for d in p.devices):
+            return None
+        w.index.take_all(p.devices, PACKED_SHARE)
+        return replace(p, share=PACKED_SHARE)
 
     def _why(self, job: JobView, planned: str | None) -> str:
         where = "not planned this round" if planned is None else f"moved to {planned}"
@@ -336,33 +406,77 @@ class RoundScheduler(Scheduler):
                 weights[job.id] = tenant.weight if tenant is not None else 1.0
         return RoundContext(
             jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window,
-            w.tenants, size,
+            w.tenants, size, self._pair_rates(jobs, gang),
         )  # fmt: skip
 
+    def _pair_rates(
+        self, jobs: Sequence[JobView], gang: Mapping[str, int]
+    ) -> Callable[[str, str, str], Factors | None] | None:
+        """The context's pair rates (for a policy that packs and measured pairs)."""
+        fn = self.colocated
+        if fn is None or not self.policy.packs:
+            return None
+        views = {j.id: j for j in jobs}
+
+        def pair(a: str, b: str, model: str) -> Factors | None:
+            ja, jb = views[a], views[b]
+            if not (packable(ja) and packable(jb)) or gang[a] != gang[b]:
+                return None
+            return fn(ja.spec, jb.spec, model, gang[a])
+
+        return pair
+
     def _make_plan(
-        self, ctx: RoundContext, x: Allocation, keep: Mapping[str, str]
-    ) -> dict[str, str]:
-        """Greedy: each job takes the model of its first pair with room for its gang.
+        self,
+        ctx: RoundContext,
+        x: Allocation,
+        keep: Mapping[str, str],
+        kept_mates: Mapping[str, str],
+        halves: frozenset[str] = frozenset(),
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Greedy: each unit (a job, or a packed pair) takes the model of its first entry
+        in the policy's order with room for its gang (a pair needs one gang's devices).
         ``keep``: jobs that keep their model (between rounds: the running ones and those
-        planned before). A running job whose first fitting pair is its current model keeps
-        its devices."""
+        planned before), ``kept_mates`` their mates; ``halves``: running packed jobs whose
+        mate has gone (a pair of one of them, kept, and a job not planned yet takes no more
+        room: the newcomer joins it). A running job whose first fitting entry is its
+        current model keeps its devices. Returns the plan and the mates."""
         quotas = _Quotas(ctx)
         plan: dict[str, str] = {}
+        mates: dict[str, str] = {}
         room: dict[str, float] = {m: float(c) for m, c in ctx.capacity.items()}
         for jid, model in keep.items():
             if jid in ctx.gang:
                 plan[jid] = model
-                room[model] = room.get(model, 0.0) - ctx.holds(jid)
-                quotas.charge(jid, model)
-        for jid, model in self.policy.order(ctx, x):
-            if jid in plan or not ctx.tput.get(jid, {}).get(model):
+                mate = kept_mates.get(jid)
+                part = 1.0
+                if mate is not None and mate in keep and kept_mates.get(mate) == jid:
+                    mates[jid], part = mate, PACKED_SHARE
+                room[model] = room.get(model, 0.0) - ctx.holds(jid) * part
+                quotas.charge(jid, model, part)
+        for unit, model in self.policy.order_units(ctx, x):
+            if any(not ctx.tput.get(j, {}).get(model) for j in unit):
                 continue
-            need = ctx.holds(jid)
-            if room.get(model, 0.0) >= need - 1e-9 and quotas.allows(jid, model):
-                plan[jid] = model
+            joins = [j for j in unit if j not in plan]
+            if len(unit) == 2 and len(joins) == 1:
+                host = unit[0] if joins[0] == unit[1] else unit[1]
+                if (host in halves and host not in mates and plan[host] == model
+                        and quotas.allows(joins, model, PACKED_SHARE)):  # fmt: skip
+                    plan[joins[0]], mates[host], mates[joins[0]] = model, joins[0], host
+                    quotas.charge(joins[0], model, PACKED_SHARE)
+                continue
+            if len(joins) < len(unit):
+                continue
+            part = 1.0 if len(unit) == 1 else PACKED_SHARE
+            need = ctx.holds(unit[0])
+            if room.get(model, 0.0) >= need - 1e-9 and quotas.allows(unit, model, part):
+                for jid in unit:
+                    plan[jid] = model
+                    quotas.charge(jid, model, part)
+                if len(unit) == 2:
+                    mates[unit[0]], mates[unit[1]] = unit[1], unit[0]
                 room[model] -= need
-                quotas.charge(jid, model)
-        return plan
+        return plan, mates
 
 
 class _Quotas:
@@ -376,23 +490,28 @@ class _Quotas:
         self.limits = {name: canonical_quota(t.quota) for name, t in ctx.tenants.items()}
         self.used: dict[str, dict[str, float]] = {}
 
-    def allows(self, jid: str, model: str) -> bool:
+    def allows(self, unit: Sequence[str], model: str, part: float = 1.0) -> bool:
+        """Whether every job of ``unit`` (each holding ``part`` of its devices) fits its
+        tenant's quota, the unit's jobs of one tenant counted together."""
         if not self.ctx.tenants:
             return True
-        tenant = self.tenant_of[jid]
-        limits = self.limits.get(tenant)
-        if limits is None:
-            return False  # unknown tenant: it does not run (as with the queue policies)
-        used = self.used.get(tenant, {})
-        need = self.ctx.holds(jid)
-        for key in (model, "*"):
-            limit = limits.get(key)
-            if limit is not None and used.get(key, 0) + need > limit + 1e-9:
-                return False
+        need: dict[str, float] = {}
+        for jid in unit:
+            tenant = self.tenant_of[jid]
+            need[tenant] = need.get(tenant, 0.0) + self.ctx.holds(jid) * part
+        for tenant, more in need.items():
+            limits = self.limits.get(tenant)
+            if limits is None:
+                return False  # unknown tenant: it does not run (as with the queue policies)
+            used = self.used.get(tenant, {})
+            for key in (model, "*"):
+                limit = limits.get(key)
+                if limit is not None and used.get(key, 0) + more > limit + 1e-9:
+                    return False
         return True
 
-    def charge(self, jid: str, model: str) -> None:
+    def charge(self, jid: str, model: str, part: float = 1.0) -> None:
         used = self.used.setdefault(self.tenant_of.get(jid, ""), {})
-        need = self.ctx.holds(jid)
+        need = self.ctx.holds(jid) * part
         for key in (model, "*"):
             used[key] = used.get(key, 0) + need

@@ -11,11 +11,18 @@ first costs ``restart_s`` of warm-up (loading the checkpoint, rebuilding state) 
 progress resumes.
 
 A job asking for a share of a device (``T4:0.5``) runs at that share of the device's rate
-and draws that share of its dynamic power. With ``spread_penalty`` off, a gang spread over
-hosts runs at the one-host rate, as Gavel's simulator assumes (it never reads the table's
-``*_unconsolidated`` figures). A device that fails (:meth:`SimBackend.fail_device`) stops
-its jobs at once: no checkpoint is saved on it; progress up to that moment is kept by a
-checkpointable job (it is taken to checkpoint continuously), lost by another.
+and draws that share of its dynamic power. Two whole-device jobs the scheduler *packed* on
+the same devices (space sharing: each placed with a share below 1 of devices it asked for
+whole) run at the rates the throughput model measured for that pair together
+(:meth:`~accelnet.sim.throughput.ThroughputModel.colocated`), each at its rate alone once
+the other has gone, and at their placement's share of it where the pair was not measured;
+both jobs are repriced whenever one of them starts or stops.
+
+With ``spread_penalty`` off, a gang spread over hosts runs at the one-host rate, as Gavel's
+simulator assumes (it never reads the table's ``*_unconsolidated`` figures). A device that
+fails (:meth:`SimBackend.fail_device`) stops its jobs at once: no checkpoint is saved on it;
+progress up to that moment is kept by a checkpointable job (it is taken to checkpoint
+continuously), lost by another.
 
 The backend keeps each job's accounting (time and device-seconds held, energy, first start)
 for the simulation's report, and the power the fabric draws. It never reads a clock of its
@@ -66,6 +73,8 @@ class _Run:
     banked: float = 0.0  # steps done in this attempt before ``since``
     since: float = 0.0  # ``rate`` applies from here (the end of the warm-up, or a change)
     base_rate: float = 0.0  # the table's rate, before communication under contention
+    packed: bool = False  # a whole-device job sharing its devices (space sharing)
+    colo: float = 1.0  # the fraction of base_rate it keeps beside the job it shares with
 
 
 class SimBackend(Backend, SupportsProgress):
@@ -116,6 +125,7 @@ class SimBackend(Backend, SupportsProgress):
                 self._caps[dev.id] = cap
         self._idle_w = {d.id: rates.power_w(d.model.name, False) for d in fabric.devices.values()}
         self.busy: dict[str, float] = {}  # device -> share of it in use by running jobs
+        self._packed_on: dict[str, list[str]] = {}  # device -> packed jobs running on it
         self.running = 0  # jobs running now
         self.busy_by_model: dict[str, int] = {}
         self.power_w = sum(self._idle_w.values())  # the fabric's draw now
@@ -126,7 +136,8 @@ class SimBackend(Backend, SupportsProgress):
         now = self.clock.now()
         run = self._runs.get(task.job_id)
         if run is None:
-            run = self._runs[task.job_id] = _Run(task.job_id, [], task.devices, task.world, now)
+            run = self._runs[task.job_id] = _Run(task.job_id, [], task.devices, task.world, now,
+                                                 share=task.share)  # fmt: skip
         run.tasks.append(task.task_id)
         self._task_job[task.task_id] = task.job_id
         self._events.append(TaskEvent(task.task_id, TaskEventKind.STARTED, now))
@@ -241,12 +252,14 @@ class SimBackend(Backend, SupportsProgress):
         cap = min(caps) if caps else None
         run.model = model
         run.began = True
-        run.share = share = spec.resources.accelerators.share
+        asked = spec.resources.accelerators.share
+        run.share = share = min(run.share, asked)  # of each device, as placed
+        run.packed = asked >= 1 and share < 1
         nbytes = spec.workload.bytes_per_step or 0.0
         talks = self.comm is not None and nbytes > 0 and run.world > 1 and share >= 1
         if talks:
             consolidated = True  # the communication model prices the spread instead
-        run.rate = share * self.rates.rate(spec.workload.type or "generic", model, run.world,
+        run.rate = asked * self.rates.rate(spec.workload.type or "generic", model, run.world,
                                            consolidated, cap)  # fmt: skip
         run.base_rate = run.rate
         use = self.use.setdefault(run.job, JobUse())
@@ -272,26 +285,62 @@ class SimBackend(Backend, SupportsProgress):
             assert self.comm is not None
             self.comm.add(run.job, run.devices, nbytes)
             self._reprice(now)
+        if run.packed:
+            for d in run.devices:
+                self._packed_on.setdefault(d, []).append(run.job)
+            self._recolocate(run.devices, now)
 
     def _reprice(self, now: float) -> None:
         """Communicating gangs' rates after one started or stopped (links shared anew)."""
         assert self.comm is not None
         for job in self.comm.changed():
             run = self._runs.get(job)
-            if run is None or run.finish is None or run.saving_from is not None:
-                continue
-            rate = 1.0 / (1.0 / run.base_rate + self.comm.extra_s(job))
-            if abs(rate - run.rate) <= 1e-12 * rate:
-                continue
-            if now > run.since:
-                run.banked += (now - run.since) * run.rate
-                run.since = now
-            run.rate = rate
-            total = self.spec_of(job).workload.total_steps or 0.0
-            left = max(0.0, total - self.use[job].done_work - run.banked)
-            run.finish = run.since + left / rate
-            self._seq += 1
-            heapq.heappush(self._heap, (run.finish, self._seq, job))
+            if run is not None:
+                self._retime(run, now)
+
+    def _recolocate(self, devices: tuple[str, ...], now: float) -> None:
+        """Packed jobs' rates on ``devices`` after one of them started or stopped: a job
+        alone keeps its whole rate; a job sharing all of its devices with one other job
+        the pair's measured fraction; otherwise (not measured, or several others) its
+        placement's share."""
+        jobs = {j for d in devices for j in self._packed_on.get(d, ())}
+        for job in sorted(jobs):
+            run = self._runs[job]
+            mates = {m for d in run.devices for m in self._packed_on.get(d, ()) if m != job}
+            run.colo = 1.0
+            if len(mates) == 1:
+                mate = self._runs[next(iter(mates))]
+                factors = None
+                if set(mate.devices) == set(run.devices):
+                    factors = self.rates.colocated(
+                        self.spec_of(job).workload.type or "generic",
+                        self.spec_of(mate.job).workload.type or "generic",
+                        run.model, run.world,
+                    )  # fmt: skip
+                run.colo = factors[0] if factors is not None else run.share
+            elif mates:
+                run.colo = run.share
+            self._retime(run, now)
+
+    def _retime(self, run: _Run, now: float) -> None:
+        """Set a running attempt's rate from its base, co-location and communication: the
+        work done so far is banked and its finish moves."""
+        if run.finish is None or run.saving_from is not None:
+            return
+        rate = run.base_rate * run.colo
+        if self.comm is not None and run.job in self.comm:
+            rate = 1.0 / (1.0 / rate + self.comm.extra_s(run.job))
+        if abs(rate - run.rate) <= 1e-12 * rate:
+            return
+        if now > run.since:
+            run.banked += (now - run.since) * run.rate
+            run.since = now
+        run.rate = rate
+        total = self.spec_of(run.job).workload.total_steps or 0.0
+        left = max(0.0, total - self.use[run.job].done_work - run.banked)
+        run.finish = run.since + left / rate
+        self._seq += 1
+        heapq.heappush(self._heap, (run.finish, self._seq, run.job))
 
     def _collect(self, now: float) -> None:
         stopping = self._stopping
@@ -341,6 +390,13 @@ class SimBackend(Backend, SupportsProgress):
             self.power_w -= each - self._idle_w[d] * run.share
         if talked:
             self._reprice(now)
+        if run.packed:
+            for d in run.devices:
+                on = self._packed_on[d]
+                on.remove(run.job)
+                if not on:
+                    del self._packed_on[d]
+            self._recolocate(run.devices, now)
 
 
 def _attempt_steps(run: _Run, now: float) -> float:

@@ -5,12 +5,13 @@ jobs' hints)."""
 from __future__ import annotations
 
 from accelnet.sched import JobSpec, Scheduler
+from accelnet.sched.colocate import Factors, PairRateFn
 from accelnet.sched.jobinfo import RateFn
 from accelnet.sched.policies import POLICY_NAMES
 from accelnet.sched.policies import make_scheduler as _make
 from accelnet.sim.throughput import ThroughputModel
 
-__all__ = ["POLICY_NAMES", "make_scheduler", "model_rates"]
+__all__ = ["POLICY_NAMES", "make_scheduler", "model_pairs", "model_rates"]
 
 
 def model_rates(model: ThroughputModel) -> RateFn:
@@ -25,6 +26,16 @@ def model_rates(model: ThroughputModel) -> RateFn:
     return rate
 
 
+def model_pairs(model: ThroughputModel) -> PairRateFn:
+    """Packed pairs' rates from the throughput model (its measured co-location factors)."""
+
+    def pair(a: JobSpec, b: JobSpec, device_model: str, count: int) -> Factors | None:
+        return model.colocated(a.workload.type or "generic", b.workload.type or "generic",
+                               device_model, count)  # fmt: skip
+
+    return pair
+
+
 def make_scheduler(
     name: str,
     model: ThroughputModel | None = None,
@@ -34,4 +45,5 @@ def make_scheduler(
     """A fresh scheduler for policy ``name``; ValueError listing the known ones
     (UnknownNameError for an unknown placement)."""
     rates = model_rates(model) if model is not None else None
-    return _make(name, rates=rates, round_s=round_s, placement=placement)
+    pairs = model_pairs(model) if model is not None else None
+    return _make(name, rates=rates, round_s=round_s, placement=placement, colocated=pairs)

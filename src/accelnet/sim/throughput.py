@@ -75,7 +75,6 @@ A zero would make a job never finish, so the loaders treat zeros as not measured
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import statistics
@@ -86,6 +85,8 @@ from typing import Final
 
 from accelnet.fabric.catalog import device_model, find_device_model
 from accelnet.fabric.model import DeviceModel, Precision
+from accelnet.sim.colocation import Colocation, Factors, pairs_from_compact, pairs_from_gavel
+from accelnet.sim.gavelkeys import parse_key
 
 __all__ = [
     "DVFS_FLOOR",
@@ -154,13 +155,20 @@ class ThroughputModel:
         tables: Table,
         reference: str = "V100",
         unconsolidated: Table | None = None,
+        colocated: Colocation | None = None,
     ) -> None:
+        """``colocated``: measured co-location factors (:mod:`accelnet.sim.colocation`),
+        keyed by the same worker types."""
         if not tables:
             raise ValueError("a throughput model needs at least one worker type's rates")
         self._tables: dict[str, _Rows] = {
             wt: _clean_rows(rows, f"throughput table {wt!r}") for wt, rows in tables.items()
         }
         self._unc: dict[str, _Rows] = {}
+        self._colo = colocated if colocated is not None else Colocation({})
+        for wt in self._colo.worker_types():
+            if wt not in tables:
+                raise ValueError(f"co-location factors for {wt!r}: no throughput table for it")
         for wt, rows in (unconsolidated or {}).items():
             what = f"unconsolidated throughput table {wt!r}"
             if wt not in self._tables:
@@ -215,8 +223,10 @@ class ThroughputModel:
             raise ValueError(f"{where}: not valid JSON: {exc}") from exc
         if isinstance(doc, dict) and "worker_types" in doc:
             raw = _parse_compact(doc["worker_types"], where)
+            colo = pairs_from_compact(doc.get("colocated", {}), where)
         else:
             raw = _parse_gavel(doc, where)
+            colo = pairs_from_gavel(doc, where)
         tables: dict[str, _Rows] = {}
         unc: dict[str, _Rows] = {}
         for wt, rows in raw.items():
@@ -231,7 +241,7 @@ class ThroughputModel:
                 raise ValueError(f"{where}: {wt + _UNCONSOLIDATED!r} without {wt!r}")
         device_model(reference)  # an unknown reference is not the file's fault
         try:
-            return cls(tables, reference, unc)
+            return cls(tables, reference, unc, colo)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from exc
 
@@ -265,6 +275,15 @@ class ThroughputModel:
         value = self._compute_rate(job_type, model, count, consolidated, power_cap_w)
         self._cache[key] = value
         return value
+
+    def colocated(self, a: str, b: str, model: str, count: int) -> Factors | None:
+        """The fractions of their rates alone that job types ``a`` and ``b`` keep while
+        they share the same ``count`` devices of catalog model ``model`` (space sharing);
+        None where that pair was not measured on the model's worker type, or does not fit.
+        """
+        found = find_device_model(model)
+        wt = self._wt_of.get(found.name) if found is not None else None
+        return None if wt is None else self._colo.factors(wt, a, b, count)
 
     def per_device(self, job_type: str, model: str) -> float:
         """Steps/s of one device of ``model``."""
@@ -496,7 +515,7 @@ def _parse_gavel(doc: object, where: str) -> dict[str, _Rows]:
             raise ValueError(f"{where}: worker type {wt!r}: expected an object of job keys")
         rows: _Rows = {}
         for key, value in entries.items():
-            job_type, scale = _parse_key(key, f"{where}: {wt}")
+            job_type, scale = parse_key(key, f"{where}: {wt}")
             if not isinstance(value, dict) or "null" not in value:
                 raise ValueError(f"{where}: {wt}[{key!r}]: expected an object with a 'null'")
             row = rows.setdefault(job_type, {})
@@ -505,25 +524,6 @@ def _parse_gavel(doc: object, where: str) -> dict[str, _Rows]:
             row[scale] = _rate(value["null"], f"{where}: {wt}[{key!r}]['null']")
         out[wt] = rows
     return out
-
-
-def _parse_key(key: str, where: str) -> tuple[str, int]:
-    """``"('ResNet-50 (batch size 64)', 2)"`` -> the tuple, read as a literal (never eval)."""
-    try:
-        value = ast.literal_eval(key)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
-        raise ValueError(f"{where}: key {key!r} is not a (job type, scale) tuple") from exc
-    if (
-        not isinstance(value, tuple)
-        or len(value) != 2
-        or not isinstance(value[0], str)
-        or not value[0]
-        or isinstance(value[1], bool)
-        or not isinstance(value[1], int)
-        or value[1] < 1
-    ):
-        raise ValueError(f"{where}: key {key!r} is not a (job type, scale >= 1) tuple")
-    return value[0], value[1]
 
 
 def _parse_compact(doc: object, where: str) -> dict[str, _Rows]:

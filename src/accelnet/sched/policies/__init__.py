@@ -2,8 +2,9 @@
 
 ``fifo``, ``priority`` (with aging), ``priority-preempt`` and ``fifo-first-fit`` order the
 queue; ``sjf``, ``srtf``, ``las``, ``drf``, ``hetero-fair``, ``hetero-jct``, ``min-makespan``,
-``finish-time-fair`` and ``energy`` work in rounds (:mod:`accelnet.sched.rounds`). The live
-controller and the simulator take the very same objects:
+``finish-time-fair`` and ``energy`` work in rounds (:mod:`accelnet.sched.rounds`);
+``hetero-jct-packed`` also packs pairs of jobs on the same devices where that pays
+(:mod:`accelnet.sched.colocate`). The live controller and the simulator take the very same objects:
 ``make_scheduler(name, rates=..., round_s=...)``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from accelnet.sched.colocate import PairRateFn
 from accelnet.sched.jobinfo import RateFn
 from accelnet.sched.policies.drf import Drf
 from accelnet.sched.policies.energy import Energy
@@ -37,6 +39,8 @@ ROUND_POLICIES: dict[str, Callable[[], RoundPolicy]] = {
     "hetero-fair": HeteroFair,
     "hetero-jct": HeteroJct,
     "hetero-jct-tail": HeteroJct.tail,
+    "hetero-jct-packed": HeteroJct.packed,
+    "hetero-jct-tail-packed": lambda: HeteroJct.packed(tail=True),
     "min-makespan": MinMakespan,
     "finish-time-fair": FinishTimeFair,
     "energy": Energy,
@@ -45,10 +49,15 @@ POLICY_NAMES = (*QUEUE_POLICIES, *ROUND_POLICIES)
 
 
 def make_scheduler(
-    name: str, rates: RateFn | None = None, round_s: float = 360.0, placement: str | None = None
+    name: str,
+    rates: RateFn | None = None,
+    round_s: float = 360.0,
+    placement: str | None = None,
+    colocated: PairRateFn | None = None,
 ) -> Scheduler:
     """A fresh scheduler for policy ``name`` (with ``placement``, else the policy's own);
-    ValueError listing the known policies, UnknownNameError listing the placements."""
+    ``colocated``: pairs' rates for the policies that pack (``*-packed``). ValueError
+    listing the known policies, UnknownNameError listing the placements."""
     if name in QUEUE_POLICIES:
         params = dict(QUEUE_POLICIES[name])
         if placement is not None:
@@ -57,4 +66,5 @@ def make_scheduler(
     factory = ROUND_POLICIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
-    return RoundScheduler(factory(), placement or "best-fit", round_s=round_s, rates=rates)
+    return RoundScheduler(factory(), placement or "best-fit", round_s=round_s, rates=rates,
+                          colocated=colocated)  # fmt: skip

@@ -34,13 +34,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from accelnet.sched.colocate import PackedAllocation
 from accelnet.sched.policies.lp import (
     CLASSES_ABOVE,
+    Pairs,
     allocation,
     class_pairs,
     group,
     job_rows,
+    pair_allocation,
+    pair_columns,
     pairs_of,
+    side_by_side,
     solve,
     split,
     stack,
@@ -61,11 +66,26 @@ class HeteroJct(RoundPolicy):
         policy.name = "hetero-jct-tail"
         return policy
 
+    @classmethod
+    def packed(cls, tail: bool = False) -> HeteroJct:
+        """The variant that also packs pairs of jobs on the same devices
+        (``hetero-jct-packed``, ``hetero-jct-tail-packed``)."""
+        policy = cls(protect_critical=tail, packs=True)
+        policy.name = "hetero-jct-tail-packed" if tail else "hetero-jct-packed"
+        return policy
+
     def __init__(
-        self, guard: float = 0.0, gang_weight: float = 1.0, protect_critical: bool = False
+        self,
+        guard: float = 0.0,
+        gang_weight: float = 1.0,
+        protect_critical: bool = False,
+        packs: bool = False,
     ) -> None:
         if not 0.0 <= guard < 1.0:
             raise ValueError(f"guard must be in [0, 1), got {guard}")
+        if packs and guard > 0:
+            raise ValueError("guard and packing do not combine: choose one")
+        self.packs = packs
         self.guard = guard
         self.gang_weight = gang_weight
         self.protect_critical = protect_critical
@@ -87,6 +107,10 @@ class HeteroJct(RoundPolicy):
         progress /= gang**self.gang_weight
         a, b = p.a_shared, p.b_shared
         bounds = [(0.0, float(n)) for n in col]
+        if self.packs and grouped is None:
+            packed = self._packed(ctx, p, left, progress)
+            if packed is not None:
+                return packed
         guarded = False
         if self.guard > 0:
             theta = MinMakespan().theta(ctx)
@@ -104,12 +128,42 @@ class HeteroJct(RoundPolicy):
             return split(grouped, p, v, serial=not guarded)
         return allocation(p, v)
 
+    def _packed(
+        self, ctx: RoundContext, p: Pairs, left: dict[str, float], progress: np.ndarray
+    ) -> PackedAllocation | None:
+        """The LP with a column per pair of jobs that gain by sharing a model's devices:
+        its objective term is the pair's progress, each job's rate there times the
+        fraction it keeps, over its remaining work (None: no such pair)."""
+        pc = pair_columns(ctx, p)
+        if pc is None:
+            return None
+        terms = np.zeros(pc.n)
+        for c, (i, k, model) in enumerate(pc.cols):
+            a, b = p.jobs[i], p.jobs[k]
+            gain = pc.fa[c] * ctx.tput[a][model] / left[a] + pc.fb[c] * ctx.tput[b][model] / left[b]
+            terms[c] = gain / float(ctx.gang[a]) ** self.gang_weight
+        v = solve(
+            -np.concatenate([progress, terms]),
+            side_by_side(p.a_shared, pc.a_shared),
+            p.b_shared,
+            [(0.0, 1.0)] * (p.n + pc.n),
+        )
+        if v is None:
+            return None
+        return PackedAllocation(allocation(p, v[: p.n]), pair_allocation(p, pc, v[p.n :]))
+
     def order(self, ctx: RoundContext, x: Allocation) -> list[tuple[str, str]]:
-        """The critical job's fastest model first (if protected); then allocated pairs by
-        the job's remaining time there (shortest first); then the rest by the same (work
-        conservation)."""
+        """:meth:`order_units`' jobs alone."""
+        return [(unit[0], m) for unit, m in self.order_units(ctx, x) if len(unit) == 1]
+
+    def order_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+        """The critical job's fastest model first (if protected); then allocated units (a
+        job alone, a packed pair) by remaining time there (a pair: its shorter member's,
+        at its packed rate), shortest first; then the rest by the same (work conservation).
+        """
         left = remaining_steps(ctx)
-        ranked = []
+        alone = x.alone if isinstance(x, PackedAllocation) else x
+        ranked: list[tuple[tuple[int, float, int], tuple[str, ...], str]] = []
         critical: tuple[float, str, str] | None = None
         for pos, job in enumerate(ctx.jobs):
             rates = {m: r for m, r in ctx.tput[job.id].items() if r > 0}
@@ -120,11 +174,21 @@ class HeteroJct(RoundPolicy):
             if critical is None or longest > critical[0]:
                 critical = (longest, job.id, fastest)
             for model, rate in rates.items():
-                share = x.get(job.id, {}).get(model, 0.0)
+                share = alone.get(job.id, {}).get(model, 0.0)
                 finish = left[job.id] / rate
-                ranked.append(((0 if share > 1e-6 else 1, finish, pos), job.id, model))
+                ranked.append(((0 if share > 1e-6 else 1, finish, pos), (job.id,), model))
+        if isinstance(x, PackedAllocation) and ctx.colocated is not None:
+            pos_of = {j.id: k for k, j in enumerate(ctx.jobs)}
+            for (a, b), shares in x.pairs.items():
+                for model, value in shares.items():
+                    f = ctx.colocated(a, b, model)
+                    if f is None or value <= 1e-6:
+                        continue
+                    finish = min(left[a] / (f[0] * ctx.tput[a][model]),
+                                 left[b] / (f[1] * ctx.tput[b][model]))  # fmt: skip
+                    ranked.append(((0, finish, min(pos_of[a], pos_of[b])), (a, b), model))
         ranked.sort(key=lambda r: r[0])
-        pairs = [(j, m) for _, j, m in ranked]
+        pairs = [(u, m) for _, u, m in ranked]
         if self.protect_critical and critical is not None:
             # the longest job is the makespan's bottleneck only if it outlasts the time the
             # whole load needs on the whole fabric; under a heavy load it is not, and
@@ -135,6 +199,6 @@ class HeteroJct(RoundPolicy):
                 if any(r > 0 for r in ctx.tput[j.id].values())
             )
             if critical[0] >= area / max(1, sum(ctx.capacity.values())):
-                first = (critical[1], critical[2])
+                first = ((critical[1],), critical[2])
                 pairs = [first, *(pair for pair in pairs if pair != first)]
         return pairs

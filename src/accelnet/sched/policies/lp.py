@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import coo_matrix, csr_matrix, vstack
+from scipy.sparse import coo_matrix, csr_matrix, hstack, vstack
 
 from accelnet.sched.rounds import Allocation, RoundContext
 
@@ -60,6 +60,68 @@ def pairs_of(ctx: RoundContext) -> Pairs:
     return Pairs(jobs, pairs, np.asarray(rate, dtype=float), a, b)
 
 
+@dataclass
+class PairColumns:
+    """Packed-pair columns appended to a :class:`Pairs` LP: ``(a, b, model)`` by job index,
+    the fractions of their rates alone each keeps there, and the block of the shared rows
+    (both jobs' time rows, the model's capacity row at one gang)."""
+
+    cols: list[tuple[int, int, str]]
+    fa: np.ndarray
+    fb: np.ndarray
+    a_shared: csr_matrix
+
+    @property
+    def n(self) -> int:
+        """Number of pair columns."""
+        return len(self.cols)
+
+
+def pair_columns(ctx: RoundContext, p: Pairs) -> PairColumns | None:
+    """Every pair of ``p``'s jobs that may share a model's devices with a gain (the two keep
+    more than one job's worth of their rates together, as ``ctx.colocated`` says), where
+    both can run on that model; None if there is none."""
+    fn = ctx.colocated
+    if fn is None:
+        return None
+    models = {m: k for k, m in enumerate(ctx.models)}
+    cols: list[tuple[int, int, str]] = []
+    fa: list[float] = []
+    fb: list[float] = []
+    for i, a in enumerate(p.jobs):
+        for k in range(i + 1, len(p.jobs)):
+            b = p.jobs[k]
+            for model in ctx.tput[a].keys() & ctx.tput[b].keys():
+                if ctx.tput[a][model] <= 0 or ctx.tput[b][model] <= 0:
+                    continue
+                f = fn(a, b, model)
+                if f is not None and f[0] + f[1] > 1 + 1e-9:
+                    cols.append((i, k, model))
+                    fa.append(f[0])
+                    fb.append(f[1])
+    if not cols:
+        return None
+    rows, cc, vals = [], [], []
+    for c, (i, k, model) in enumerate(cols):
+        rows += [i, k, len(p.jobs) + models[model]]
+        cc += [c, c, c]
+        vals += [1.0, 1.0, float(ctx.gang[p.jobs[i]])]
+    shape = (len(p.jobs) + len(models), len(cols))
+    a = coo_matrix((vals, (rows, cc)), shape=shape).tocsr()
+    return PairColumns(cols, np.asarray(fa), np.asarray(fb), a)
+
+
+def pair_allocation(
+    p: Pairs, pc: PairColumns, z: np.ndarray
+) -> dict[tuple[str, str], dict[str, float]]:
+    """The pair columns' values as ``(a, b) -> model -> time together`` (tiny ones dropped)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for (i, k, model), value in zip(pc.cols, z, strict=True):
+        if value > 1e-7:
+            out.setdefault((p.jobs[i], p.jobs[k]), {})[model] = float(min(1.0, value))
+    return out
+
+
 def solve(
     c: np.ndarray,
     a_ub: csr_matrix,
@@ -83,6 +145,11 @@ def extra_columns(a: csr_matrix, extra: int) -> csr_matrix:
 def stack(*blocks: csr_matrix) -> csr_matrix:
     """Rows of several sparse blocks."""
     return csr_matrix(vstack(blocks))
+
+
+def side_by_side(*blocks: csr_matrix) -> csr_matrix:
+    """Columns of several sparse blocks."""
+    return csr_matrix(hstack(blocks))
 
 
 def allocation(p: Pairs, x: np.ndarray) -> Allocation:

@@ -1,0 +1,165 @@
+"""Packed pairs realised by the round scheduler: both jobs on the same devices at half a
+share each, a running job stopped only to be packed anew, a mate joining a packed job
+whose partner left, quotas charged by halves; and the packed LP checked by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from accelnet.sched import Decision, JobSpec, Snapshot, Tenant
+from accelnet.sched.colocate import PackedAllocation, current_mates
+from accelnet.sched.policies.hetero_jct import HeteroJct
+from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
+
+from .test_rounds import VIA, Decider, fabric, job, rates_of, running
+
+TWO_V100 = fabric(("v", "2xV100"))
+RATES = rates_of({n: {"V100": 1.0} for n in "abcd"})
+
+
+def pair_rates(a: JobSpec, b: JobSpec, model: str, count: int) -> tuple[float, float] | None:
+    """Every pair keeps 0.8 of its rate on a V100 except with d (does not fit)."""
+    return None if "d" in (a.name, b.name) else (0.8, 0.8)
+
+
+class Packs(RoundPolicy):
+    """Packs the pairs it is told to, each on the V100, and runs the rest alone."""
+
+    name = "packs"
+    packs = True
+
+    def __init__(self, pairs: list[tuple[str, str]], alone: Sequence[str] = ()) -> None:
+        self.pairs, self.alone = pairs, list(alone)
+        self.seen: RoundContext | None = None
+
+    def allocate(self, ctx: RoundContext) -> Allocation:
+        self.seen = ctx
+        return PackedAllocation({j: {"V100": 1.0} for j in self.alone},
+                                {p: {"V100": 1.0} for p in self.pairs})  # fmt: skip
+
+    def order_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+        return [*((p, "V100") for p in self.pairs), *(((j,), "V100") for j in self.alone)]
+
+
+def placements(d: Decision) -> dict[str, tuple[tuple[str, ...], float]]:
+    return {s.job: (s.placement.devices, s.placement.share) for s in d.starts}
+
+
+@VIA
+def test_a_planned_pair_starts_on_the_same_devices_at_half_each(via_session: bool) -> None:
+    policy = Packs([("a", "b")], alone=["c"])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    decide = Decider(sched, TWO_V100, via_session)
+    d = decide(0.0, [job("a", 0.0), job("b", 0.0), job("c", 0.0), job("d", 0.0)])
+    got = placements(d)
+    assert set(got) == {"a", "b", "c"}  # d: not planned, no room left
+    assert got["a"] == got["b"] and got["a"][1] == 0.5
+    assert got["c"][1] == 1.0 and got["c"][0] != got["a"][0]  # the other V100, whole
+    assert sched._mate == {"a": "b", "b": "a"}
+    assert policy.seen is not None and policy.seen.colocated is not None
+    assert policy.seen.colocated("a", "b", "V100") == (0.8, 0.8)
+    assert policy.seen.colocated("a", "d", "V100") is None
+
+
+def test_a_policy_that_does_not_pack_gets_no_pair_rates() -> None:
+    class Alone(Packs):
+        packs = False
+
+    policy = Alone([], alone=["a"])
+    RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates).decide(
+        Snapshot.all_ready(TWO_V100, (job("a", 0.0),), 0.0)
+    )
+    assert policy.seen is not None and policy.seen.colocated is None
+
+
+def test_a_job_running_whole_stops_at_the_round_to_be_packed() -> None:
+    policy = Packs([], alone=["a"])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    a, b = job("a", 0.0), job("b", 50.0)
+    first = sched.decide(Snapshot.all_ready(TWO_V100, (a,), 0.0))
+    a_run = running(a, TWO_V100, first, 0.0)
+    assert a_run.placement is not None and a_run.placement.share == 1.0
+    policy.pairs, policy.alone = [("a", "b")], []
+    # mid-round: running jobs keep their plans, so a cannot be packed with b yet
+    mid = sched.decide(Snapshot.all_ready(TWO_V100, (a_run, b), 50.0))
+    assert not mid.preemptions and not mid.starts
+    # the next round stops a, to start the two together; b waits for a's devices
+    nxt = sched.decide(Snapshot.all_ready(TWO_V100, (a_run, b), 100.0))
+    assert [(p.job, p.reason) for p in nxt.preemptions] == [("a", "packs round: packed anew")]
+    assert not nxt.starts and "planned packed with a" in nxt.waiting["b"]
+
+
+def test_a_new_mate_joins_a_packed_job_whose_partner_left() -> None:
+    policy = Packs([("a", "b")])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    a, b, c = job("a", 0.0), job("b", 0.0), job("c", 10.0)
+    first = sched.decide(Snapshot.all_ready(TWO_V100, (a, b), 0.0))
+    a_run = running(a, TWO_V100, first, 0.0)
+    assert current_mates([a_run, running(b, TWO_V100, first, 0.0)]) == {"a": "b", "b": "a"}
+    policy.pairs = [("a", "c")]  # b has ended; c arrives
+    d = sched.decide(Snapshot.all_ready(TWO_V100, (a_run, c), 10.0))
+    assert not d.preemptions  # a keeps running: c takes the free half of its device
+    assert a_run.placement is not None
+    assert placements(d) == {"c": (a_run.placement.devices, 0.5)}
+    # and at the next round a, packed with the mate it is planned with, keeps running
+    c_run = running(c, TWO_V100, d, 10.0)
+    assert not sched.decide(Snapshot.all_ready(TWO_V100, (a_run, c_run), 100.0)).preemptions
+
+
+def test_a_pair_of_one_tenant_counts_one_device_against_its_quota() -> None:
+    policy = Packs([("a", "b")], alone=["c"])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    views = [replace(job(n, 0.0), spec=job(n, 0.0).spec.model_copy(update={"tenant": "t"}))
+             for n in "abc"]  # fmt: skip
+    tenants = {"t": Tenant("t", quota={"V100": 1})}
+    d = sched.decide(Snapshot.all_ready(TWO_V100, tuple(views), 0.0, tenants=tenants))
+    assert set(placements(d)) == {"a", "b"}  # the pair fits the quota of one V100; c not
+
+
+# ----- the packed LP, by hand ------------------------------------------------------------
+
+
+def ctx_of(left: Mapping[str, float], factors: tuple[float, float]) -> RoundContext:
+    from accelnet.sched.jobinfo import JobInfo
+
+    views = [job(n, 0.0, steps) for n, steps in left.items()]
+    ctx = RoundContext.of(views, {"V100": 1}, JobInfo(0.0, RATES))
+    return replace(ctx, colocated=lambda a, b, m: factors)
+
+
+@pytest.mark.parametrize(
+    ("factors", "packed"),
+    [
+        # a: 100 steps left, b: 200, 1 step/s each on the one V100. a alone completes
+        # 1/100 of a job a second; the pair completes 0.8/100 + 0.8/200 = 0.012: packed
+        ((0.8, 0.8), True),
+        # 0.6/100 + 0.6/200 = 0.009 < 0.01: a alone
+        ((0.6, 0.6), False),
+    ],
+)
+def test_the_packed_lp_packs_when_the_pair_completes_more(
+    factors: tuple[float, float], packed: bool
+) -> None:
+    x = HeteroJct.packed().allocate(ctx_of({"a": 100.0, "b": 200.0}, factors))
+    assert isinstance(x, PackedAllocation)
+    if packed:
+        assert x.pairs == {("a", "b"): {"V100": pytest.approx(1.0)}}
+        assert not x.alone
+        assert x["a"] == x["b"] == {"V100": pytest.approx(1.0)}
+    else:
+        assert not x.pairs
+        assert x.alone == {"a": {"V100": pytest.approx(1.0)}}
+    assert np.isclose(
+        sum(sum(v.values()) for v in x.pairs.values())
+        + sum(sum(v.values()) for v in x.alone.values()),
+        1.0,
+    )  # one device: one unit of time
+
+
+def test_packing_and_the_guard_do_not_combine() -> None:
+    with pytest.raises(ValueError, match="guard and packing"):
+        HeteroJct(guard=0.5, packs=True)
