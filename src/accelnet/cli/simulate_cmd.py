@@ -99,6 +99,14 @@ def simulate(
             "frag-aware, comm-aware"
         ),
     ] = None,
+    jct_bound: Annotated[
+        bool,
+        typer.Option(
+            "--jct-bound",
+            help="also compute the LP lower bound on the average JCT (a time-indexed "
+            "fluid LP; up to a few seconds for a few hundred jobs)",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     cpu_devices: CpuOpt = "per-core",
 ) -> None:
@@ -142,7 +150,7 @@ def simulate(
                     restart_s=restart_s, checkpoint_s=checkpoint_s, power_caps=caps,
                     spread_penalty=spread_penalty, comm_model=comm_model,
                     seed=seed, policy=name, trace=trace, forget_finished=True,
-                    total=stream.count,
+                    total=stream.count, jct_bound=jct_bound,
                 )  # fmt: skip
             except (TraceError, ValueError) as exc:
                 fail(exc, 2)

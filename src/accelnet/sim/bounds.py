@@ -1,4 +1,5 @@
-"""A lower bound on the makespan from the allocation LP (the fluid relaxation).
+"""Lower bounds from fluid LPs: on the makespan (:func:`makespan_lp`) and on the average
+JCT (:func:`jct_lp`).
 
 For the jobs that arrive at or after time ``tau``, no schedule finishes before
 ``tau + T*``, where ``T*`` is the smallest makespan of the *fluid* problem: every job may be
@@ -12,7 +13,12 @@ it is never above a real schedule's makespan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
 
 from accelnet.fabric import Fabric
 from accelnet.sched import JobState, JobView
@@ -46,3 +52,87 @@ def makespan_lp(
         if theta is not None and theta > 0:
             best = max(best, tau - first + 1.0 / theta)
     return best or None
+
+
+JCT_LP_MAX_COLUMNS = 2_000_000  # larger problems skip the JCT bound
+
+
+def jct_lp(
+    fabric: Fabric, jobs: Sequence[SimJob], rates: RateFn, step_s: float = 360.0
+) -> float | None:
+    """A lower bound on the average JCT from a time-indexed fluid LP, for schedules that
+    do not pack jobs on shared devices (None: no jobs, or a problem too large).
+
+    Time is cut into intervals of ``step_s`` from the first arrival (the last one open to a
+    horizon by which everything can be done). ``y[j][m][k]``: the fraction of interval
+    ``k`` job ``j`` runs on model ``m`` (at its gang's one-host rate, none before its
+    arrival), at most the whole interval over all models, no model over-committed, every
+    job's work done. Any real schedule gives such fractions. A job's *mean busy time*
+    (the average, over its work, of the time each part is done) is at least the sum over
+    its fractions of the work they do times the later of the interval's start and the
+    arrival, and a job that cannot run faster than its fastest gang, ``alone`` seconds in
+    all, ends at least ``alone / 2`` after its mean busy time. So the LP's least total
+    mean busy time, plus ``alone / 2`` minus the arrival for every job, over the number of
+    jobs, is never above a real schedule's average JCT (Goemans et al.'s mean-busy-time
+    relaxation). It ignores gang integrality, rounds and placement; packing (two jobs
+    sharing devices, both progressing) is outside it.
+    """
+    if not jobs or not step_s > 0:
+        return None
+    capacity: dict[str, int] = {}
+    for d in fabric.devices.values():
+        capacity[d.model.name] = capacity.get(d.model.name, 0) + 1
+    models = sorted(capacity)
+    table: list[tuple[SimJob, dict[str, float], float]] = []
+    for j in jobs:
+        spec = j.spec()
+        rate = {m: rates(spec, m, j.gpus) for m in models if capacity[m] >= j.gpus}
+        rate = {m: r for m, r in rate.items() if r > 0}
+        if not rate or j.work <= 0:
+            return None  # a job that cannot run (or has no work) has no bound
+        table.append((j, rate, j.work / max(rate.values())))
+    first = min(j.arrival for j in jobs)
+    span = max(j.arrival for j in jobs) - first
+    # everything one after the other on its fastest gang: done by then in any case
+    horizon = span + sum(alone for _, _, alone in table)
+    # a fine grid where the work is likely done (twice the load spread over the devices
+    # after the last arrival), then one interval to the horizon
+    busy = sum(alone * j.gpus for j, _, alone in table) / sum(capacity.values())
+    fine = span + 2 * busy + max(alone for _, _, alone in table)
+    k_count = min(math.ceil(min(fine, horizon) / step_s),
+                  JCT_LP_MAX_COLUMNS // (len(jobs) * len(models)))  # fmt: skip
+    starts = first + np.arange(k_count + 1) * step_s
+    ends = np.append(starts[1:], first + max(horizon, (k_count + 1) * step_s))
+    k_count += 1
+    cols_j, cols_m, cols_k, cost, work, upper = [], [], [], [], [], []
+    for i, (j, rate, _) in enumerate(table):
+        k0 = int(np.searchsorted(ends, j.arrival, side="right"))
+        for m, r in rate.items():
+            for k in range(k0, k_count):
+                length = ends[k] - starts[k]
+                begin = max(starts[k], j.arrival)
+                done = r * length / j.work  # fraction of the job a whole interval does
+                cols_j.append(i)
+                cols_m.append(models.index(m))
+                cols_k.append(k)
+                cost.append(done * (begin - first))
+                work.append(done)
+                upper.append(min(1.0, (ends[k] - begin) / length))
+    n = len(cost)
+    if n > JCT_LP_MAX_COLUMNS:
+        return None
+    jj, mm, kk = np.array(cols_j), np.array(cols_m), np.array(cols_k)
+    cols = np.arange(n)
+    gang = np.array([float(table[i][0].gpus) for i in cols_j])
+    rows = np.concatenate([jj * k_count + kk, len(table) * k_count + mm * k_count + kk])
+    a_ub = coo_matrix((np.concatenate([np.ones(n), gang]), (rows, np.concatenate([cols, cols]))),
+                      shape=(len(table) * k_count + len(models) * k_count, n)).tocsr()  # fmt: skip
+    b_ub = np.concatenate([np.ones(len(table) * k_count),
+                           np.repeat([float(capacity[m]) for m in models], k_count)])  # fmt: skip
+    a_eq = coo_matrix((work, (jj, cols)), shape=(len(table), n)).tocsr()
+    res = linprog(np.array(cost), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(len(table)),
+                  bounds=list(zip([0.0] * n, upper, strict=True)), method="highs")  # fmt: skip
+    if res.status != 0:
+        return None
+    total = float(res.fun) + sum(alone / 2 - (j.arrival - first) for j, _, alone in table)
+    return total / len(table)

@@ -35,7 +35,7 @@ from accelnet.runtime.controller import Controller, JobRejectedError
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
 from accelnet.sim.backend import SimBackend
-from accelnet.sim.bounds import MAX_JOBS, makespan_lp
+from accelnet.sim.bounds import MAX_JOBS, jct_lp, makespan_lp
 from accelnet.sim.columns import JobTable, SampleTable
 from accelnet.sim.commsim import CommSim
 from accelnet.sim.policies import model_rates
@@ -76,6 +76,7 @@ class Simulation:
         samples: bool = True,
         forget_finished: bool = False,
         total: int | None = None,
+        jct_bound: bool = False,
     ) -> None:
         """``jobs``: a list or tuple (sorted here by arrival, then id) or any other
         iterable in arrival order (ties in its order), read lazily; a job id seen twice is
@@ -109,6 +110,7 @@ class Simulation:
         self.policy = policy or scheduler.ordering.name
         self.trace = trace
         self.keep_samples = samples
+        self.jct_bound = jct_bound  # compute the LP bound on the average JCT at the end
         self.forget = forget_finished
         self.clock = ManualClock(0.0)
         self.store = SimStore(self._ended, forget=forget_finished)
@@ -220,8 +222,15 @@ class Simulation:
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             notes=notes,
             makespan_lp_s=makespan_lp(self.fabric, self._first, model_rates(self.rates)),
+            jct_lp_s=self._jct_bound(),
         )
         return result
+
+    def _jct_bound(self) -> float | None:
+        """The LP bound on the average JCT, if asked for and the trace is not too long."""
+        if not self.jct_bound or len(self._first) > MAX_JOBS:
+            return None
+        return jct_lp(self.fabric, self._first, model_rates(self.rates))
 
     def _total(self) -> int:
         return self.arrived if self.total is None else max(self.total, self.arrived)

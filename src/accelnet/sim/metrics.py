@@ -23,7 +23,9 @@ Definitions:
 - *makespan_lb* = max(sum(alone_s * gpus) / devices, max(arrival + alone_s) - first
   arrival, and the engine's LP bound ``result.makespan_lp_s`` when it has one: the fluid
   allocation LP's makespan for the jobs arriving from some time on, plus that time);
-  *jct_lb_avg* = mean(alone_s).
+  *jct_lb_avg* = mean(alone_s); *jct_lp_avg* = the engine's LP bound on the average JCT
+  ``result.jct_lp_s`` (:func:`accelnet.sim.bounds.jct_lp`), when asked for and every job
+  finished.
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ class Metrics:
     deadline_missed: int
     makespan_lb_s: float | None
     jct_lb_avg_s: float | None
+    jct_lp_avg_s: float | None
     makespan_ratio: float | None
     jct_ratio: float | None
     wall_s: float
@@ -213,6 +216,7 @@ class Metrics:
                 "makespan_ratio": _r(self.makespan_ratio),
                 "jct_lb_avg_s": _r(self.jct_lb_avg_s),
                 "jct_ratio": _r(self.jct_ratio),
+                "jct_lp_avg_s": _r(self.jct_lp_avg_s),
             },
             "cost": {
                 "wall_s": _r(self.wall_s),
@@ -379,6 +383,7 @@ def compute(result: SimResult) -> Metrics:
         deadline_missed=deadline_missed,
         makespan_lb_s=makespan_lb,
         jct_lb_avg_s=jct_lb,
+        jct_lp_avg_s=result.jct_lp_s if ends.size == n_jobs else None,
         makespan_ratio=_ratio(makespan, makespan_lb),
         jct_ratio=_ratio(jct.avg, jct_lb),
         wall_s=result.wall_s,

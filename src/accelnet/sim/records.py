@@ -97,3 +97,4 @@ class SimResult:
     peak_rss_mb: float = 0.0
     notes: list[str] = field(default_factory=list)
     makespan_lp_s: float | None = None  # an LP lower bound on the makespan, if computed
+    jct_lp_s: float | None = None  # an LP lower bound on the average JCT, if asked for

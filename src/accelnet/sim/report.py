@@ -106,6 +106,7 @@ def _rows(metrics: Sequence[Metrics]) -> list[list[Row]]:
     bounds: list[Row] = [
         ("[dim]JCT avg lower bound[/]", "s", lambda m: _num(m.jct_lb_avg_s)),
         ("[dim]JCT avg / lower bound[/]", "x", lambda m: _num(m.jct_ratio, 2)),
+        ("[dim]JCT avg LP bound[/]", "s", lambda m: _num(m.jct_lp_avg_s)),
         ("[dim]makespan lower bound[/]", "s", lambda m: _num(m.makespan_lb_s)),
         ("[dim]makespan / lower bound[/]", "x", lambda m: _num(m.makespan_ratio, 2)),
     ]
