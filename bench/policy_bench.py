@@ -13,7 +13,12 @@ and the LP policies' solve time at scale.
    ``bench/results/policy_jct_vs_rate.png``.
 3. **LP solve time**: one round's allocation for 5,000 active jobs (Gavel's job types and
    gang-size mix, seeded) on 2,048 GPUs (683 V100 + 683 P100 + 682 K80), median of
-   ``--repeats``, for each LP policy.
+   ``--repeats``, for each LP policy; and ``hetero-jct-packed``'s LP with its pair columns
+   at 500 active jobs (above that its LP solves over classes, without pairs).
+
+Every trace and load point also gets the LP lower bound on the average JCT
+(:func:`accelnet.sim.bounds.jct_lp`; 60 s intervals on Gavel's traces, 360 s on the load
+points), beside the run-alone bound.
 
 Run from the project root (needs ``../shared/data`` for part 1)::
 
@@ -44,9 +49,10 @@ from accelnet.sched import JobSpec, JobState, JobView
 from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies import ROUND_POLICIES
 from accelnet.sched.rounds import RoundContext
+from accelnet.sim.bounds import jct_lp
 from accelnet.sim.engine import Simulation
 from accelnet.sim.metrics import compute
-from accelnet.sim.policies import make_scheduler, model_rates
+from accelnet.sim.policies import make_scheduler, model_pairs, model_rates
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.traces import load_trace
 from benchutil import run_and_report, source_state, src_label
@@ -56,8 +62,8 @@ TRACES = ROOT.parent.parent / "shared" / "data" / "gavel" / "traces"
 RESULTS = ROOT / "results" / "policies.json"
 PLOT = ROOT / "results" / "policy_jct_vs_rate.png"
 POLICIES = (
-    "fifo,las,srtf,sjf,drf,hetero-fair,hetero-jct,hetero-jct-tail,min-makespan,finish-time-fair,"
-    "energy"
+    "fifo,las,srtf,sjf,drf,hetero-fair,hetero-jct,hetero-jct-tail,hetero-jct-packed,"
+    "hetero-jct-tail-packed,min-makespan,finish-time-fair,energy"
 )
 GAVEL = {  # ../shared/data/README.md: Gavel's simulator, round 360 s, seed 0
     "max_min_fairness.trace": {
@@ -116,6 +122,32 @@ def lp_context(model: ThroughputModel, jobs: int, seed: int) -> RoundContext:
     return RoundContext.of(views, capacity, JobInfo(3600.0, rates))
 
 
+def jct_bound(model: ThroughputModel, trace: str, seed: int, step_s: float) -> float | None:
+    """The LP lower bound on the average JCT of a trace on gavel-48."""
+    jobs, _ = load_trace(trace, model, seed)
+    return jct_lp(load_fabric("gavel-48"), jobs, model_rates(model), step_s)
+
+
+def packed_lp_s(model: ThroughputModel, jobs: int, seed: int, repeats: int) -> dict[str, Any]:
+    """hetero-jct-packed's LP round (pair columns included) at ``jobs`` active jobs."""
+    ctx = lp_context(model, jobs, seed)
+    views = {j.id: j for j in ctx.jobs}
+    pairs = model_pairs(model)
+
+    def colocated(a: str, b: str, m: str) -> tuple[float, float] | None:
+        if ctx.gang[a] != ctx.gang[b]:
+            return None
+        return pairs(views[a].spec, views[b].spec, m, ctx.gang[a])
+
+    ctx.colocated = colocated
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ROUND_POLICIES["hetero-jct-packed"]().allocate(ctx)
+        times.append(time.perf_counter() - t0)
+    return {"jobs": jobs, "median_s": statistics.median(times), "runs_s": times}
+
+
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     if not TRACES.exists():
         sys.exit(f"{TRACES} is missing: part 1 needs Gavel's traces")
@@ -124,12 +156,17 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     rates = [float(r) for r in args.rates.split(",")]
     lp_names = ["hetero-fair", "min-makespan", "hetero-jct", "finish-time-fair", "energy"]
     total = len(GAVEL) * len(SETTINGS) * len(policies) + len(rates) * len(policies) + len(lp_names)
+    total += len(GAVEL) + len(rates) + 1  # the JCT bounds, the packed LP
     gavel: dict[str, Any] = {}
+    bounds: dict[str, Any] = {}
     load: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:  # fmt: skip
         task = progress.add_task("simulations", total=total)
         for trace in GAVEL:
+            progress.update(task, description=f"{trace}, JCT LP bound")
+            bounds[trace] = jct_bound(model, str(TRACES / trace), 0, 60.0)
+            progress.advance(task)
             for setting, params in SETTINGS.items():
                 for policy in policies:
                     progress.update(task, description=f"{trace}, {setting}, {policy}")
@@ -137,8 +174,14 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                         model, str(TRACES / trace), policy, 0, params
                     )
                     progress.advance(task)
+        load_bounds = []
         for rate in rates:
             lam = 3600.0 / rate
+            progress.update(task, description=f"{rate:g} jobs/h, JCT LP bound")
+            gen = f"gavel-gen:n={args.jobs},lam={lam}"
+            lp = jct_bound(model, gen, args.seed, 360.0)
+            load_bounds.append({"jobs_per_hour": rate, "jct_lp_avg_s": lp})
+            progress.advance(task)
             for policy in policies:
                 progress.update(task, description=f"{rate:g} jobs/h, {policy}")
                 r = simulate(model, f"gavel-gen:n={args.jobs},lam={lam}", policy, args.seed,
@@ -157,7 +200,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 times.append(time.perf_counter() - t0)
             solve[name] = {"median_s": statistics.median(times), "runs_s": times}
             progress.advance(task)
-    plot(load)
+        progress.update(task, description="LP solve time, hetero-jct-packed at 500 jobs")
+        packed = packed_lp_s(model, 500, args.seed, args.repeats)
+        progress.advance(task)
+    plot(load, load_bounds)
     return {
         "schema": "accelnet.bench.policies/v1",
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -165,10 +211,13 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "source": source_state(),
         "settings": SETTINGS,
         "gavel_traces": gavel,
+        "gavel_jct_lp_avg_s": bounds,
         "gavel_reference": reference(),
         "load": load,
+        "load_jct_lp_avg_s": load_bounds,
         "jobs_per_load_point": args.jobs,
         "lp_solve_5000_jobs_2048_gpus": solve,
+        "lp_solve_packed_2048_gpus": packed,
     }
 
 
@@ -180,7 +229,7 @@ def reference() -> dict[str, Any]:
     }
 
 
-def plot(load: dict[str, list[dict[str, Any]]]) -> None:
+def plot(load: dict[str, list[dict[str, Any]]], bounds: list[dict[str, Any]]) -> None:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.8, 4.4))
@@ -188,6 +237,9 @@ def plot(load: dict[str, list[dict[str, Any]]]) -> None:
     for policy, rows in load.items():
         ax.plot([r["jobs_per_hour"] for r in rows], [r["avg_jct_s"] / 3600 for r in rows],
                 "o-", label=policy)  # fmt: skip
+    known = [b for b in bounds if b["jct_lp_avg_s"] is not None]
+    ax.plot([b["jobs_per_hour"] for b in known], [b["jct_lp_avg_s"] / 3600 for b in known],
+            "k--", label="LP lower bound")  # fmt: skip
     ax.set_xlabel("input job rate (jobs / hour)")
     ax.set_ylabel("average JCT (hours)")
     ax.set_title("gavel-48, Gavel-style generated jobs (as Gavel: no spread penalty)")
@@ -215,17 +267,26 @@ def report(result: dict[str, Any], console: Console) -> None:
             t.add_row("Gavel", policy, f"{jct:,}" if jct else "", f"{ref['makespan_s']:,}",
                       "", "", "", "", "")  # fmt: skip
         console.print(t)
+        lp = result["gavel_jct_lp_avg_s"].get(trace)
+        if lp is not None:
+            console.print(f"{trace}: LP lower bound on the average JCT {lp:,.0f} s")
     t = Table(title=f"average JCT (s) vs load ({result['jobs_per_load_point']} jobs per point)")
     policies = list(result["load"])
     t.add_column("jobs/h", justify="right")
     for p in policies:
         t.add_column(p, justify="right")
+    t.add_column("LP bound", justify="right")
     rates = [r["jobs_per_hour"] for r in result["load"][policies[0]]]
     for i, rate in enumerate(rates):
-        t.add_row(f"{rate:g}", *(f"{result['load'][p][i]['avg_jct_s']:,.0f}" for p in policies))
+        lp = result["load_jct_lp_avg_s"][i]["jct_lp_avg_s"]
+        t.add_row(f"{rate:g}", *(f"{result['load'][p][i]['avg_jct_s']:,.0f}" for p in policies),
+                  "" if lp is None else f"{lp:,.0f}")  # fmt: skip
     console.print(t)
     for name, r in result["lp_solve_5000_jobs_2048_gpus"].items():
         console.print(f"LP round, 5,000 jobs on 2,048 GPUs, {name}: {r['median_s']:.3f} s median")
+    r = result["lp_solve_packed_2048_gpus"]
+    console.print(f"LP round, {r['jobs']} jobs on 2,048 GPUs, hetero-jct-packed (pair columns): "
+                  f"{r['median_s']:.3f} s median")  # fmt: skip
     console.print(f"src {src_label(result['source'])}; plot: {PLOT}")
 
 
