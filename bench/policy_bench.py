@@ -30,6 +30,7 @@ It prints tables and writes ``bench/results/policies.json``. About 5 minutes on 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shlex
 import statistics
@@ -230,13 +231,16 @@ def reference() -> dict[str, Any]:
 
 
 def plot(load: dict[str, list[dict[str, Any]]], bounds: list[dict[str, Any]]) -> None:
+    import matplotlib as mpl
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.8, 4.4))
+    fig = Figure(figsize=(7.6, 4.8))
     ax = fig.add_subplot()
-    for policy, rows in load.items():
+    colors = mpl.colormaps["tab20"].colors
+    for i, (policy, rows) in enumerate(load.items()):
         ax.plot([r["jobs_per_hour"] for r in rows], [r["avg_jct_s"] / 3600 for r in rows],
-                "o-", label=policy)  # fmt: skip
+                "os^vD"[i % 5] + "-", color=colors[(2 * i) % 20 + (i // 10) % 2], ms=4,
+                label=policy)  # fmt: skip
     known = [b for b in bounds if b["jct_lp_avg_s"] is not None]
     ax.plot([b["jobs_per_hour"] for b in known], [b["jct_lp_avg_s"] / 3600 for b in known],
             "k--", label="LP lower bound")  # fmt: skip
@@ -245,7 +249,7 @@ def plot(load: dict[str, list[dict[str, Any]]], bounds: list[dict[str, Any]]) ->
     ax.set_title("gavel-48, Gavel-style generated jobs (as Gavel: no spread penalty)")
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(PLOT, dpi=120)
 
@@ -298,7 +302,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="LP solve repeats")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--replot", action="store_true", help="redraw the plot from --out")
     args = parser.parse_args(argv)
+    if args.replot:
+        saved = json.loads(args.out.read_text())
+        plot(saved["load"], saved.get("load_jct_lp_avg_s", []))
+        print(f"plot: {PLOT}")
+        return
     run_and_report(args, run, report, args.out)
 
 

@@ -289,6 +289,8 @@ class RoundScheduler(Scheduler):
             p = job.placement
             if job.state is not JobState.RUNNING or p is None or p.share < 1:
                 continue
+            if job.id in self._mate:
+                continue  # planned packed: it moves with its mate at the round
             rates = ctx.tput.get(job.id, {})
             here = rates.get(p.model, 0.0)
             left = ctx.info.remaining_s(job, p.model)
