@@ -418,6 +418,35 @@ class BackendContract:
         assert (ev.task_id, ev.kind) == ("py", TaskEventKind.LOST)
         assert run(b, task("again", d0, logs, "true"))["again"].exit_code == 0
 
+    def test_tasks_sharing_a_device_run_side_by_side(self, harness: Harness) -> None:
+        # jobs holding shares of one device (or packed on it) run there at the same time,
+        # each in its own worker and scratch folder; one can be cancelled alone
+        b, logs, (d0, _, _, _) = harness.backend, harness.logs, harness.devices
+        half = [dataclasses.replace(task(f"s{i}", d0, logs, "sleep 100", job=f"j{i}"),
+                                    share=0.5) for i in (0, 1)]  # fmt: skip
+        for spec in half:
+            b.launch(spec)
+        starts = until(b, lambda ev: len(ev) >= 2)
+        assert sorted((e.task_id, e.kind) for e in starts) == [
+            ("s0", TaskEventKind.STARTED), ("s1", TaskEventKind.STARTED)]  # fmt: skip
+        pids = [e.result["pid"] for e in sorted(starts, key=lambda e: e.task_id)]
+        assert all(alive(p) for p in pids) and pids[0] != pids[1]
+        b.cancel("s1")
+        (ev,) = until(b, bool)
+        assert (ev.task_id, ev.kind) == ("s1", TaskEventKind.CANCELLED)
+        assert alive(pids[0])
+        pays = [task(f"p{i}", d0, logs, None, env_values, job=f"k{i}") for i in (0, 1)]
+        b.launch(pays[0])
+        b.launch(pays[1])
+        got = until(b, lambda ev: sum(e.kind in TERMINAL for e in ev) == 2)
+        envs = [e.result for e in got if e.kind is TaskEventKind.SUCCEEDED]
+        assert len(envs) == 2
+        assert len({e["ACCELNET_SCRATCH"] for e in envs}) == 2  # each its own folder
+        assert {e["ACCELNET_DEVICE"] for e in envs} == {d0}
+        b.cancel("s0")
+        (ev,) = until(b, bool)
+        assert (ev.task_id, ev.kind) == ("s0", TaskEventKind.CANCELLED)
+
     def test_launch_rejects_bad_specs_and_poll_keeps_its_deadline(self, harness: Harness) -> None:
         b, logs, (d0, d1, _, _) = harness.backend, harness.logs, harness.devices
         with pytest.raises(ValueError, match="exactly one"):
@@ -431,8 +460,6 @@ class BackendContract:
         b.launch(task("x", d0, logs, "sleep 100"))
         with pytest.raises(ValueError, match="already running"):
             b.launch(task("x", d1, logs, "true"))
-        with pytest.raises(RuntimeError, match="busy with task x"):
-            b.launch(task("y", d0, logs, "true"))
         started(b, "x")
         t0 = time.monotonic()
         assert b.poll(0.1) == []

@@ -202,3 +202,22 @@ def test_workers_do_not_outlive_a_killed_controller(tmp_path: Path) -> None:
         ctl.kill()
         ctl.wait()
     assert gone([p.pid for p in procs])
+
+
+def test_refresh_stops_spare_lanes_and_empties_their_scratch(tmp_path: Path) -> None:
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+        b.launch(task("long", GPU0, tmp_path, "sleep 100"))
+        started(b, "long")
+        spare = run(b, task("spare", GPU0, tmp_path, None, write_scratch))["spare"]
+        left = Path(spare.result)
+        assert left.exists() and left.parent != b.scratch_dir(GPU0)  # a lane of its own
+        assert set(b.heartbeats()) == {GPU0}  # the device's own worker, not the spare's
+        ok, detail = b.refresh(GPU0)
+        assert not ok and "long" in detail  # a task still runs on the device
+        assert left.exists()
+        b.cancel("long")
+        until(b, bool)
+        ok, detail = b.refresh(GPU0)
+        assert ok, detail
+        assert not left.exists()  # the spare lane's scratch was emptied
+        assert [w.lane for w in b._pool.lanes(GPU0)] == [0]  # the spare's worker stopped

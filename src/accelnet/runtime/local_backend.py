@@ -48,7 +48,14 @@ from accelnet.runtime.backend import (
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.handoff import HandoffArea
-from accelnet.runtime.local_workers import _LIVENESS_CHECK_S, _Pool, _private_dir, _Task, _Worker
+from accelnet.runtime.local_workers import (
+    _LIVENESS_CHECK_S,
+    _Pool,
+    _private_dir,
+    _Task,
+    _Worker,
+    lane_key,
+)
 from accelnet.runtime.runas import OsUser, hand_over, task_identity, user_for
 from accelnet.runtime.taskenv import task_env_delta
 
@@ -141,21 +148,23 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         Returns at once: STARTED and the outcome come from :meth:`poll`; a worker that cannot
         be spawned gives a FAILED event. Raises ``ValueError`` for a malformed spec (not
         exactly one of command/payload, a non-string env value, a task id already running),
-        ``KeyError`` for an unknown device, ``RuntimeError`` if the device is still running
-        another task or the backend is closed.
+        ``KeyError`` for an unknown device, ``RuntimeError`` if the backend is closed. A task
+        for a device that is running another (a share of it, or a packed job beside it) runs
+        in a spare worker of the device (a *lane*, :mod:`~accelnet.runtime.local_workers`).
         """
         self._check_open()
         check_launch(task, self._tasks)
         device = self._device(task.device)
-        w = self._workers.get(device.id)
-        if w is not None:
-            self._pool.drain(w)  # a worker that died is noticed here (EOF) or when sent to
-        w = self._workers.get(device.id)
-        if w is not None and w.task is not None:
-            raise RuntimeError(
-                f"device {device.id} is busy with task {w.task.spec.task_id}; "
-                f"cannot launch {task.task_id}"
-            )
+        lane = 0
+        while True:  # the first lane of the device whose worker is free (or not started)
+            w = self._workers.get(lane_key(device.id, lane))
+            if w is not None:
+                self._pool.drain(w)  # a worker that died is noticed here (EOF) or when sent to
+            w = self._workers.get(lane_key(device.id, lane))
+            if w is None or w.task is None:
+                break
+            lane += 1
+        scratch = self._pool.scratch(device, lane)
         req: dict[str, Any] = {
             "task_id": task.task_id,
             "command": task.command,
@@ -170,7 +179,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "sys_path": None,
             "user": None,
             # where the task starts: its device's scratch dir, or the backend's own cwd
-            "cwd": str(self._pool.scratch(device)) if self._task_cwd == "scratch" else None,
+            "cwd": str(scratch) if self._task_cwd == "scratch" else None,
         }
         try:
             if task.payload is not None:
@@ -183,10 +192,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                     spill.write_bytes(task.payload)
                     req["payload_path"] = str(spill)
             if w is None:
-                w = self._pool.start(device)
+                w = self._pool.start(device, lane)
             user = user_for(self._run_as, task.tenant)
             if user is not None:
-                self._hand_over(task, device, user, req)
+                self._hand_over(task, scratch, user, req)
         except OSError as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
@@ -196,13 +205,12 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         if task.payload is not None and w.sys_path != sys.path:
             w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
         w.task = _Task(task)
-        self._tasks[task.task_id] = device.id
+        self._tasks[task.task_id] = w.key
         self._pool.send(w, ("run", req))
 
-    def _hand_over(self, task: TaskSpec, device: Device, user: OsUser, req: dict[str, Any]) -> None:
+    def _hand_over(self, task: TaskSpec, scratch: Path, user: OsUser, req: dict[str, Any]) -> None:
         """Make ``task`` run as ``user`` (:mod:`accelnet.runtime.runas`): its scratch folder
         (its working folder) and its job's output folder become the user's."""
-        scratch = self._pool.scratch(device)
         hand_over(scratch, user, self._workdir)
         hand_over(self._handoff.output(task.job_id), user, self._workdir)
         req["user"], req["cwd"] = user.to_wire(), str(scratch)
@@ -218,10 +226,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         it, its own outcome stands: every task gets exactly one terminal event. Does not block
         beyond reaping a killed worker.
         """
-        device = self._tasks.get(task_id)
-        if device is None:
+        key = self._tasks.get(task_id)
+        if key is None:
             return
-        w = self._workers[device]
+        w = self._workers[key]
         self._pool.drain(w)
         if w.dead or w.task is None or w.task.spec.task_id != task_id:
             return
@@ -299,33 +307,30 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
 
         Empties the device's scratch dir; restarts its worker as the recycle policy says
         (and starts one if its last worker died); a new worker must answer a ping (a kept
-        one has just answered its last task).
+        one has just answered its last task). Spare lanes' workers are stopped and their
+        scratch dirs emptied.
         A device that never had a worker gets none started. Not ok if the device is running a
         task, the scratch dir cannot be emptied, or the worker cannot be started or does not
         answer. Raises ``KeyError`` for an unknown device, ``RuntimeError`` once closed.
         """
         self._check_open()
         dev = self._device(device)
+        for lw in self._pool.lanes(dev.id):
+            self._pool.drain(lw)
+            if not lw.dead and lw.proc.poll() is not None:
+                self._pool.on_death(lw)
+        busy = [lw for lw in self._pool.lanes(dev.id) if lw.task is not None]
+        if busy:
+            assert busy[0].task is not None
+            return False, f"device {dev.id} is running task {busy[0].task.spec.task_id}"
+        spares = [lw for lw in self._pool.lanes(dev.id) if lw.lane > 0]
+        for lw in spares:
+            self._pool.stop(lw)
         w = self._workers.get(dev.id)
-        if w is not None:
-            self._pool.drain(w)
-            if not w.dead and w.proc.poll() is not None:
-                self._pool.on_death(w)
-            w = self._workers.get(dev.id)
-        if w is not None and w.task is not None:
-            return False, f"device {dev.id} is running task {w.task.spec.task_id}"
-        scratch = self._pool.scratch(dev)
-        try:
-            _private_dir(scratch)
-            if self._run_as and scratch.stat().st_uid != os.geteuid():  # back from a user
-                os.chown(scratch, os.geteuid(), os.getegid())
-            for entry in scratch.iterdir():
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-        except OSError as e:
-            return False, f"could not empty scratch dir {scratch}: {e}"
+        for scratch in self._pool.scratches(dev):
+            failed = self._empty(scratch)
+            if failed is not None:
+                return False, failed
         python_ran = dev.id in self._python_ran
         self._python_ran.discard(dev.id)
         recycle = self._recycle == "always" or (self._recycle == "after-python" and python_ran)
@@ -350,6 +355,21 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         what = "restarted" if restarted else "kept"
         return True, f"scratch emptied; worker {what} (pid {w.proc.pid}, ping {answered:.1f} ms)"
 
+    def _empty(self, scratch: Path) -> str | None:
+        """Empty a scratch dir (made if missing, taken back from a user); why not, if not."""
+        try:
+            _private_dir(scratch)
+            if self._run_as and scratch.stat().st_uid != os.geteuid():  # back from a user
+                os.chown(scratch, os.geteuid(), os.getegid())
+            for entry in scratch.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        except OSError as e:
+            return f"could not empty scratch dir {scratch}: {e}"
+        return None
+
     # -- extras -----------------------------------------------------------------------------
 
     def wakeup(self) -> None:
@@ -369,8 +389,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     def live_log(self, task_id: str, stream: str) -> Path | None:
         """Where a running task's output is until it ends (its worker's spool); None if the
         task is not running. See :class:`SupportsLiveLogs`."""
-        device = self._tasks.get(task_id)
-        return None if device is None else Path(f"{self._pool.spool(device)}.{stream}")
+        key = self._tasks.get(task_id)
+        w = None if key is None else self._workers.get(key)
+        return None if w is None else Path(f"{self._pool.spool(w.device, w.lane)}.{stream}")
 
     def worker_pid(self, device: str) -> int | None:
         """The pid of ``device``'s worker if one is running (diagnostics, tests)."""
@@ -380,9 +401,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     # -- SupportsWorkers -------------------------------------------------------------------
 
     def heartbeats(self) -> dict[str, tuple[float, int]]:
-        """See :class:`SupportsWorkers`."""
+        """See :class:`SupportsWorkers` (each device's own worker; spare lanes are not
+        watched by heartbeat: a spare that dies is noticed as any worker is)."""
         self._pool.collect()
-        return {d: (w.beat, w.proc.pid) for d, w in self._workers.items() if not w.dead}
+        return {w.device: (w.beat, w.proc.pid) for w in self._workers.values()
+                if not w.dead and w.lane == 0}  # fmt: skip
 
     def take_losses(self) -> list[WorkerLoss]:
         """See :class:`SupportsWorkers` (deaths :meth:`poll` noticed; reads nothing)."""
@@ -405,9 +428,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         kept by the recycle policy; the new one must answer a ping."""
         self._check_open()
         dev = self._device(device)
+        busy = [lw for lw in self._pool.lanes(dev.id) if lw.task is not None]
+        if busy:
+            assert busy[0].task is not None
+            return False, f"device {dev.id} is running task {busy[0].task.spec.task_id}"
         w = self._workers.get(dev.id)
-        if w is not None and w.task is not None:
-            return False, f"device {dev.id} is running task {w.task.spec.task_id}"
         notes = []
         if w is not None:
             self._pool.stop(w)

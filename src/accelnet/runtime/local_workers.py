@@ -3,8 +3,13 @@
 A worker (:mod:`accelnet.runtime.worker`) starts on the first task for its device, in a
 session of its own, and serves that device's tasks one at a time until it is recycled or the
 backend closes; it reports ``started`` and ``done`` for each task, ``pong`` for a ping and a
-heartbeat now and then. Internal to :class:`~accelnet.runtime.local_backend.LocalBackend`,
-which owns one :class:`_Pool` (called from its thread only).
+heartbeat now and then. A device that runs several tasks at once (jobs holding shares of
+it, or packed side by side) gets a worker per task: its *lanes*. Lane 0 is the device's own
+worker; lanes 1, 2, ... are spares with their own log, spool and scratch folder, started
+when the lanes before them are busy.
+
+Internal to :class:`~accelnet.runtime.local_backend.LocalBackend`, which owns one
+:class:`_Pool` (called from its thread only).
 """
 
 from __future__ import annotations
@@ -41,21 +46,32 @@ class _Task:
     deadline: float | None = None  # time.monotonic(); payload tasks with a timeout, once started
 
 
+def lane_key(device: str, lane: int) -> str:
+    """The key of a device's lane in :attr:`_Pool.workers` (lane 0: the device id)."""
+    return device if lane == 0 else f"{device}#lane{lane}"
+
+
 @dataclass(slots=True, eq=False)
 class _Worker:
     device: str
     proc: subprocess.Popen[bytes]
     conn: Connection
     log: Path
+    lane: int = 0
     task: _Task | None = None
     pong: int = -1
     dead: bool = False
     sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
     beat: float = 0.0  # when it was last heard from (the injected clock)
 
+    @property
+    def key(self) -> str:
+        return lane_key(self.device, self.lane)
+
 
 class _Pool:
-    """The workers of a backend's devices (``workers``: device id -> its live worker).
+    """The workers of a backend's devices (``workers``: :func:`lane_key` -> its live
+    worker; a device's own worker under the device id).
 
     ``workdir`` holds the workers' logs, spools and the devices' scratch dirs; ``emulated``
     and ``heartbeat_s`` are the backend's. ``finish(w, kind, **fields)`` ends ``w``'s task
@@ -88,15 +104,16 @@ class _Pool:
 
     # -- processes --------------------------------------------------------------------------
 
-    def start(self, device: Device) -> _Worker:
-        """Spawn ``device``'s worker (does not wait for it to come up). Raises ``OSError``."""
-        log = self._workdir / "workers" / f"{device_path(device.id)}.log"
+    def start(self, device: Device, lane: int = 0) -> _Worker:
+        """Spawn the worker of ``device``'s ``lane`` (does not wait for it to come up).
+        Raises ``OSError``."""
+        log = self._workdir / "workers" / f"{_lane_path(device.id, lane)}.log"
         _private_dir(self._workdir / "workers")
         _private_dir(log.parent)
         _private_dir(self._workdir / "scratch")
-        _private_dir(self.scratch(device))
+        _private_dir(self.scratch(device, lane))
         env = scrub_env(os.environ)
-        env.update(device_env(device, self.scratch(device), self._emulated))
+        env.update(device_env(device, self.scratch(device, lane), self._emulated))
         ours, theirs = socket.socketpair()
         try:
             with theirs, open(log, "ab") as log_file:
@@ -112,11 +129,11 @@ class _Pool:
         except BaseException:
             ours.close()
             raise
-        w = _Worker(device.id, proc, Connection(ours.detach()), log)
-        self.workers[device.id] = w
+        w = _Worker(device.id, proc, Connection(ours.detach()), log, lane)
+        self.workers[w.key] = w
         self.ever_started.add(device.id)
         w.beat = self._clock.now()
-        init = {"parent_pid": os.getpid(), "spool": str(self.spool(device.id)),
+        init = {"parent_pid": os.getpid(), "spool": str(self.spool(device.id, lane)),
                 "beat_s": self._heartbeat_s}  # fmt: skip
         self.send(w, ("init", init))
         return w
@@ -137,8 +154,8 @@ class _Pool:
     def kill(self, w: _Worker) -> int | None:
         """SIGKILL the worker's process group, reap the worker, forget it; its exit code."""
         w.dead = True
-        if self.workers.get(w.device) is w:
-            del self.workers[w.device]
+        if self.workers.get(w.key) is w:
+            del self.workers[w.key]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(w.proc.pid, signal.SIGKILL)
         if w.task is not None and w.task.pid is not None and w.task.spec.command is not None:
@@ -149,11 +166,15 @@ class _Pool:
             code = w.proc.wait(_REAP_TIMEOUT_S)
         w.conn.close()
         if w.task is not None:  # it died with a task: keep what the task wrote
-            self._salvage(w.device, w.task.spec)
+            self._salvage(w, w.task.spec)
         return code
 
-    def _salvage(self, device: str, spec: TaskSpec) -> None:
-        spool = self.spool(device)
+    def lanes(self, device: str) -> list[_Worker]:
+        """The live workers of ``device``, its own first."""
+        return [w for w in self.workers.values() if w.device == device]
+
+    def _salvage(self, w: _Worker, spec: TaskSpec) -> None:
+        spool = self.spool(w.device, w.lane)
         for stream in _worker.STREAMS:
             path = f"{spool}.{stream}"
             with contextlib.suppress(OSError):
@@ -253,11 +274,18 @@ class _Pool:
 
     # -- paths ------------------------------------------------------------------------------
 
-    def scratch(self, device: Device) -> Path:
-        return self._workdir / "scratch" / device_path(device.id)
+    def scratch(self, device: Device, lane: int = 0) -> Path:
+        return self._workdir / "scratch" / _lane_path(device.id, lane)
 
-    def spool(self, device: str) -> Path:
-        return self._workdir / "workers" / f"{device_path(device)}.spool"
+    def scratches(self, device: Device) -> list[Path]:
+        """The scratch dirs of ``device``: its own, and every spare lane's ever made."""
+        own = self.scratch(device)
+        spares = own.with_name(f"{own.name}.lanes")
+        lanes = sorted(p for p in spares.iterdir() if p.is_dir()) if spares.is_dir() else []
+        return [own, *lanes]
+
+    def spool(self, device: str, lane: int = 0) -> Path:
+        return self._workdir / "workers" / f"{_lane_path(device, lane)}.spool"
 
     def log_path(self, spec: TaskSpec, stream: str) -> str:
         log_dir = self._log_dirs.get(spec.log_dir)
@@ -271,6 +299,13 @@ class _Pool:
     def log_tail(w: _Worker) -> str:
         text = _worker.tail(str(w.log))
         return f"; its log ends:\n{text}" if text else ""
+
+
+def _lane_path(device: str, lane: int) -> Path:
+    """A lane's relative path: the device's, and ``lane<n>`` inside it for a spare lane (a
+    name no device path part can take: the device's own files sit beside it, not in it)."""
+    path = device_path(device)
+    return path if lane == 0 else path.with_name(f"{path.name}.lanes") / f"lane{lane}"
 
 
 def _private_dir(path: Path) -> None:

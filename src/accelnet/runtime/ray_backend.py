@@ -122,7 +122,7 @@ class RayBackend(
         )  # fmt: skip
         self._nodes = self._members.nodes
         self._tasks: dict[str, _Task] = {}
-        self._busy: dict[str, str] = {}  # device -> its running task
+        self._busy: dict[str, list[str]] = {}  # device -> its running tasks (shares, pairs)
         self._fresh: dict[str, tuple[bool, str]] = {}  # device -> refreshed since its task
         self._outputs = _Outputs()
         self._courier = _Courier(
@@ -144,17 +144,13 @@ class RayBackend(
         """Send ``task`` to the agent of its device's node; returns at once. A task whose
         node is down ends LOST; the ranks of a gang that spans nodes wait for its placement
         group. Raises as :meth:`LocalBackend.launch` does for a malformed spec, an
-        unknown or busy device, or a closed backend."""
+        unknown device, or a closed backend; a device running another task runs this one
+        beside it (in a spare worker of the node's backend)."""
         self._check_open()
         check_launch(task, self._tasks)
         device = self._device(task.device)
-        busy = self._busy.get(device.id)
-        if busy is not None:
-            raise RuntimeError(
-                f"device {device.id} is busy with task {busy}; cannot launch {task.task_id}"
-            )
         t = self._tasks[task.task_id] = _Task(task, device.host)
-        self._busy[device.id] = task.task_id
+        self._busy.setdefault(device.id, []).append(task.task_id)
         self._fresh.pop(device.id, None)
         node = self._nodes[device.host]
         if not node.up:
@@ -241,7 +237,7 @@ class RayBackend(
         self._check_open()
         dev = self._device(device)
         if dev.id in self._busy:
-            return False, f"device {dev.id} is running task {self._busy[dev.id]}"
+            return False, f"device {dev.id} is running task {self._busy[dev.id][0]}"
         fresh = self._fresh.pop(dev.id, None)
         if fresh is not None and self._nodes[dev.host].up:
             return fresh  # done on its node as its last task ended; nothing ran since
@@ -347,8 +343,11 @@ class RayBackend(
         t = self._tasks.pop(task_id, None)
         if t is None:
             return
-        if self._busy.get(t.spec.device) == task_id:
-            del self._busy[t.spec.device]
+        running = self._busy.get(t.spec.device, [])
+        if task_id in running:
+            running.remove(task_id)
+            if not running:
+                del self._busy[t.spec.device]
         if t.sent and kind is TaskEventKind.SUCCEEDED:
             self._outputs.keep(t)
         self._gangs.settle(t)
@@ -366,7 +365,9 @@ class RayBackend(
             if t is None or t.host != node.host:
                 continue  # news of a task already settled here
             k = TaskEventKind(kind)
-            if fresh is not None:  # the device was refreshed on its node as the task ended
+            if fresh is not None and self._busy.get(t.spec.device) == [task_id]:
+                # the device was refreshed on its node as its last task ended (a refresh
+                # while another task still runs there says only that)
                 self._fresh[t.spec.device] = (bool(fresh[0]), str(fresh[1]))
             if k is TaskEventKind.STARTED:
                 info = {**(result or {}), "host": node.host, "node_id": node.node_id}

@@ -48,6 +48,24 @@ def hint_rate(spec: JobSpec, model: str, count: int) -> float:
     return max(target_peak, 1e-3) * count
 
 
+def hint_pairs(a: JobSpec, b: JobSpec, model: str, count: int) -> tuple[float, float] | None:
+    """Packed pairs' rates from the jobs' hints: each job's ``workload.colocated`` fraction
+    for ``model`` (a catalog alias counts as the model); None unless both give one."""
+    fa, fb = _colocated(a, model), _colocated(b, model)
+    return None if fa is None or fb is None else (fa, fb)
+
+
+def _colocated(spec: JobSpec, model: str) -> float | None:
+    hints = spec.workload.colocated
+    if model in hints:
+        return hints[model]
+    for name, value in hints.items():
+        known = find_device_model(name)
+        if known is not None and known.name == model:
+            return value
+    return None
+
+
 class JobInfo:
     """Rates, service and progress of jobs at one moment (``now``); answers are memoised
     for the decision that made this object."""

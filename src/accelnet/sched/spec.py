@@ -185,6 +185,11 @@ class WorkloadSpec(SpecModel):
         default_factory=dict, description="measured steps/s per device model"
     )
     bytes_per_step: float | None = Field(None, ge=0, description="communicated per step")
+    colocated: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=dict,
+        description="per device model: the fraction of its rate the job keeps while it "
+        "shares the devices with one other job (space sharing); models left out: never packed",
+    )
 
 
 class JobSpec(SpecModel):

@@ -32,9 +32,11 @@ slower, a measured figure is returned as measured).
    rate times the median unconsolidated/consolidated ratio, at the nearest gang size, over
    the job types that have both on that worker type (on Gavel's table: v100 0.50 / 0.52 /
    0.30 at 2 / 4 / 8 GPUs, p100 0.69 / 0.66 / 0.71, k80 1.01 / 1.04 / 1.04; pooled over
-   worker types where one has none). A derived rate never exceeds the consolidated one:
-   spreading a gang over hosts is not modelled as faster unless measured so (K80 jobs
-   barely feel the network, hence medians near 1). One device is never penalised.
+   worker types where one has none). A derived rate never exceeds the consolidated one
+   (spreading a gang over hosts is not modelled as faster unless measured so: K80 jobs
+   barely feel the network, hence medians near 1), nor linear scaling from one device
+   (where the consolidated table itself is better than linear). One device is never
+   penalised.
 4. **Models Gavel did not measure** (H100, A100, L4, T4, MI300X, TPUs, CPU cores...): a
    roofline fit per job type. A step takes ``t(M) = a / F(M) + b / B(M)`` seconds (``F``
    peak FLOP/s, ``B`` memory bandwidth, ``a, b >= 0``: work that is compute-bound and
@@ -355,7 +357,10 @@ class ThroughputModel:
         medians = self._unc_medians.get(wt) or self._unc_medians.get("", {})
         if not medians:
             return rate
-        return rate * min(1.0, medians[_nearest(list(medians), count)])
+        # never better than linear from one device (the consolidated table may be: K80,
+        # ResNet-50 bs64 does 2.04x on two GPUs in one server)
+        linear = count * _fill(self._tables, wt, job_type, 1)
+        return min(rate * min(1.0, medians[_nearest(list(medians), count)]), linear)
 
     def _median_unconsolidated_ratios(self) -> dict[str, dict[int, float]]:
         """Per worker type (and pooled, under ""), gang size -> median unc/cons ratio."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelnet.sched.colocate import PairRateFn
-from accelnet.sched.jobinfo import RateFn
+from accelnet.sched.jobinfo import RateFn, hint_pairs
 from accelnet.sched.policies.drf import Drf
 from accelnet.sched.policies.energy import Energy
 from accelnet.sched.policies.finish_time_fair import FinishTimeFair
@@ -56,8 +56,9 @@ def make_scheduler(
     colocated: PairRateFn | None = None,
 ) -> Scheduler:
     """A fresh scheduler for policy ``name`` (with ``placement``, else the policy's own);
-    ``colocated``: pairs' rates for the policies that pack (``*-packed``). ValueError
-    listing the known policies, UnknownNameError listing the placements."""
+    ``colocated``: pairs' rates for the policies that pack (``*-packed``; default: the
+    jobs' ``workload.colocated`` hints). ValueError listing the known policies,
+    UnknownNameError listing the placements."""
     if name in QUEUE_POLICIES:
         params = dict(QUEUE_POLICIES[name])
         if placement is not None:
@@ -67,4 +68,4 @@ def make_scheduler(
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
     return RoundScheduler(factory(), placement or "best-fit", round_s=round_s, rates=rates,
-                          colocated=colocated)  # fmt: skip
+                          colocated=colocated or hint_pairs)  # fmt: skip
