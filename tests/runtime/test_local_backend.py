@@ -221,3 +221,38 @@ def test_refresh_stops_spare_lanes_and_empties_their_scratch(tmp_path: Path) -> 
         assert ok, detail
         assert not left.exists()  # the spare lane's scratch was emptied
         assert [w.lane for w in b._pool.lanes(GPU0)] == [0]  # the spare's worker stopped
+
+
+def read_scratch() -> list[str]:
+    return sorted(p.name for p in Path(os.environ["ACCELNET_SCRATCH"]).iterdir())
+
+
+def test_a_lane_is_cleaned_before_its_next_task_while_the_device_stays_busy(
+    tmp_path: Path,
+) -> None:
+    # the device cannot be refreshed while another lane runs: the lane that ended is
+    # cleaned (scratch emptied, its worker restarted after Python) before its next task
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+        b.launch(task("long", GPU0, tmp_path, "sleep 100"))
+        started(b, "long")
+        first = run(b, task("x", GPU0, tmp_path, None, write_scratch, job="jx"))["x"]
+        pid = run(b, task("pid", GPU0, tmp_path, None, getpid, job="jp"))["pid"].result
+        assert Path(first.result).parent == Path(
+            run(b, task("y", GPU0, tmp_path, None, env_values, job="jy"))["y"].result[
+                "ACCELNET_SCRATCH"])  # fmt: skip
+        assert run(b, task("z", GPU0, tmp_path, None, read_scratch, job="jz"))["z"].result == []
+        assert run(b, task("pid2", GPU0, tmp_path, None, getpid))["pid2"].result != pid
+
+
+def test_kill_worker_kills_every_lane_and_heartbeats_watch_them_all(tmp_path: Path) -> None:
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+        for name in ("a", "b"):
+            b.launch(task(name, GPU0, tmp_path, "sleep 100", job=name))
+        until(b, lambda ev: len(ev) >= 2)
+        pids = {w.proc.pid for w in b._pool.lanes(GPU0)}
+        assert len(pids) == 2 and b.heartbeats()[GPU0][1] in pids
+        assert b.kill_worker(GPU0, "hung")
+        lost = until(b, lambda ev: len(ev) >= 2)
+        assert sorted((e.task_id, e.kind) for e in lost) == [
+            ("a", TaskEventKind.LOST), ("b", TaskEventKind.LOST)]  # fmt: skip
+        assert GPU0 not in b.heartbeats()

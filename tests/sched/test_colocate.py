@@ -18,7 +18,7 @@ from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundSc
 from .test_rounds import VIA, Decider, fabric, job, rates_of, running
 
 TWO_V100 = fabric(("v", "2xV100"))
-RATES = rates_of({n: {"V100": 1.0} for n in "abcd"})
+RATES = rates_of({n: {"V100": 1.0} for n in "abcdx"})
 
 
 def pair_rates(a: JobSpec, b: JobSpec, model: str, count: int) -> tuple[float, float] | None:
@@ -118,6 +118,24 @@ def test_a_pair_of_one_tenant_counts_one_device_against_its_quota() -> None:
     tenants = {"t": Tenant("t", quota={"V100": 1})}
     d = sched.decide(Snapshot.all_ready(TWO_V100, tuple(views), 0.0, tenants=tenants))
     assert set(placements(d)) == {"a", "b"}  # the pair fits the quota of one V100; c not
+
+
+def test_a_job_whose_mate_left_holds_half_its_devices_against_the_quota() -> None:
+    # a runs packed, its mate gone; b (same tenant, quota one V100) joins it: 0.5 + 0.5
+    policy = Packs([("a", "x")])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    a, x = (replace(v, spec=v.spec.model_copy(update={"tenant": "t"}))
+            for v in (job("a", 0.0), job("x", 0.0)))  # fmt: skip
+    tenants = {"t": Tenant("t", quota={"V100": 1})}
+    first = sched.decide(Snapshot.all_ready(TWO_V100, (a, x), 0.0, tenants=tenants))
+    a_run = running(a, TWO_V100, first, 0.0)
+    b = replace(job("b", 10.0), spec=job("b", 10.0).spec.model_copy(update={"tenant": "t"}))
+    policy.pairs = [("a", "b")]
+    for now in (10.0, 100.0):  # between rounds and at the next round
+        d = sched.decide(Snapshot.all_ready(TWO_V100, (a_run, b), now, tenants=tenants))
+        assert a_run.placement is not None
+        assert placements(d) == {"b": (a_run.placement.devices, 0.5)}, now
+        assert not d.preemptions
 
 
 # ----- the packed LP, by hand ------------------------------------------------------------

@@ -152,6 +152,25 @@ def test_a_pair_nobody_measured_shares_the_device_by_halves() -> None:
     assert backend.next_time() == pytest.approx(200.0)  # 0.5 step/s each
 
 
+def test_a_packed_job_beside_a_fractional_share_runs_at_its_share() -> None:
+    # a (packed, its mate gone) and f (asked for half the device) on one V100: each runs at
+    # half its rate, never 1.5 devices' worth of work together
+    fab, clock = one_v100(), ManualClock()
+    specs = {
+        "a": JobSpec.model_validate({"name": "a", "run": "x",
+                                     "workload": {"type": "a", "total_steps": 100.0}}),
+        "f": JobSpec.model_validate({"name": "f", "run": "x",
+                                     "resources": {"accelerators": "V100:0.5"},
+                                     "workload": {"type": "b", "total_steps": 100.0}}),
+    }  # fmt: skip
+    backend = SimBackend(fab, clock, TOY, specs.__getitem__, restart_s=0.0)
+    (dev,) = fab.devices
+    backend.launch(TaskSpec("a.1.0", "a", 0, 1, dev, (dev,), command="x", share=0.5))
+    assert backend.next_time() == pytest.approx(100.0)  # alone: its whole rate
+    backend.launch(TaskSpec("f.1.0", "f", 0, 1, dev, (dev,), command="x", share=0.5))
+    assert backend.next_time() == pytest.approx(200.0)  # both at half from now on
+
+
 # ----- a packing policy, end to end ------------------------------------------------------
 
 

@@ -71,3 +71,11 @@ def test_no_policy_beats_the_bound(seed: int) -> None:
         m = compute(sim.run())
         assert m.jct_lp_avg_s == pytest.approx(bound)
         assert m.jct.avg is not None and m.jct.avg >= bound - 1e-6, policy
+
+
+def test_no_bound_beside_a_policy_that_packs() -> None:
+    # packed pairs do more than a device's worth of work: the bound does not hold for them
+    jobs = [SimJob("a", 0.0, "toy", 1, 100.0)]
+    sim = Simulation(v100s(1), jobs, make_scheduler("hetero-jct-packed", TOY), TOY,
+                     jct_bound=True)  # fmt: skip
+    assert compute(sim.run()).jct_lp_avg_s is None

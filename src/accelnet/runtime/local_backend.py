@@ -132,6 +132,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._workers = self._pool.workers
         self._tasks: dict[str, str] = {}  # running task id -> device id
         self._python_ran: set[str] = set()  # devices with a payload since their last refresh
+        # lanes whose task ended while the device could not be refreshed (another lane was
+        # busy, or a spare lane) -> whether a payload ran: cleaned before their next task
+        self._dirty: dict[tuple[str, int], bool] = {}
         self._ever_started = self._pool.ever_started
         self._events: list[TaskEvent] = []
         self._closed = False
@@ -165,6 +168,15 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                 break
             lane += 1
         scratch = self._pool.scratch(device, lane)
+        python = self._dirty.pop((device.id, lane), None)
+        if python is not None:  # it ran a task and the device was not refreshed since
+            if w is not None and (python or self._recycle == "always"):
+                self._pool.stop(w)  # nothing of the last task's Python lives on
+                w = None
+            failed = self._empty(scratch)
+            if failed is not None:
+                self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
+                return
         req: dict[str, Any] = {
             "task_id": task.task_id,
             "command": task.command,
@@ -331,6 +343,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             failed = self._empty(scratch)
             if failed is not None:
                 return False, failed
+        for key in [k for k in self._dirty if k[0] == dev.id]:
+            del self._dirty[key]
         python_ran = dev.id in self._python_ran
         self._python_ran.discard(dev.id)
         recycle = self._recycle == "always" or (self._recycle == "after-python" and python_ran)
@@ -401,11 +415,14 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     # -- SupportsWorkers -------------------------------------------------------------------
 
     def heartbeats(self) -> dict[str, tuple[float, int]]:
-        """See :class:`SupportsWorkers` (each device's own worker; spare lanes are not
-        watched by heartbeat: a spare that dies is noticed as any worker is)."""
+        """See :class:`SupportsWorkers`: for a device with several workers (lanes), the one
+        heard from longest ago."""
         self._pool.collect()
-        return {w.device: (w.beat, w.proc.pid) for w in self._workers.values()
-                if not w.dead and w.lane == 0}  # fmt: skip
+        beats: dict[str, tuple[float, int]] = {}
+        for w in self._workers.values():
+            if not w.dead and (w.device not in beats or w.beat < beats[w.device][0]):
+                beats[w.device] = (w.beat, w.proc.pid)
+        return beats
 
     def take_losses(self) -> list[WorkerLoss]:
         """See :class:`SupportsWorkers` (deaths :meth:`poll` noticed; reads nothing)."""
@@ -413,15 +430,14 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         return out
 
     def kill_worker(self, device: str, why: str) -> bool:
-        """See :class:`SupportsWorkers`."""
-        w = self._workers.get(device)
-        if w is None or w.dead:
-            return False
-        task = w.task
-        code = self._pool.kill(w)
-        if task is not None:
-            self._finish(w, TaskEventKind.LOST, exit_code=code, error=f"worker killed: {why}")
-        return True
+        """See :class:`SupportsWorkers`: every worker of the device (all its lanes)."""
+        lanes = [w for w in self._pool.lanes(device) if not w.dead]
+        for w in lanes:
+            task = w.task
+            code = self._pool.kill(w)
+            if task is not None:
+                self._finish(w, TaskEventKind.LOST, exit_code=code, error=f"worker killed: {why}")
+        return bool(lanes)
 
     def reset(self, device: str, hardware: bool = False) -> tuple[bool, str]:
         """See :class:`SupportsWorkers`: the worker is stopped (or killed) even if it was
@@ -461,6 +477,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         the device."""
         assert w.task is not None
         task_id = w.task.spec.task_id
+        key = (w.device, w.lane)
+        others = any(o.task is not None for o in self._pool.lanes(w.device) if o is not w)
+        if w.lane > 0 or others:  # the device cannot be refreshed before the lane's next task
+            self._dirty[key] = self._dirty.get(key, False) or w.task.spec.payload is not None
         w.task = None
         self._tasks.pop(task_id, None)
         self._emit(task_id, kind, **fields)

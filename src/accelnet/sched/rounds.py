@@ -245,7 +245,11 @@ class RoundScheduler(Scheduler):
                             if j in self._plan)  # fmt: skip
                 kept_mates = {j: m for j, m in self._mate.items() if j in keep and m in keep}
                 kept_mates.update(mates_now)
-            halves = frozenset(j.id for j in running if is_packed(j) and j.id not in mates_now)
+            halves = {
+                j.id: j.placement.model
+                for j in running
+                if j.placement is not None and is_packed(j) and j.id not in mates_now
+            }
             self._plan, self._mate = self._make_plan(ctx, self._x, keep, kept_mates, halves)
             self._round, self._active = round_no, active
         preemptions: list[Preempt] = []
@@ -434,19 +438,26 @@ class RoundScheduler(Scheduler):
         x: Allocation,
         keep: Mapping[str, str],
         kept_mates: Mapping[str, str],
-        halves: frozenset[str] = frozenset(),
+        halves: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, str], dict[str, str]]:
         """Greedy: each unit (a job, or a packed pair) takes the model of its first entry
         in the policy's order with room for its gang (a pair needs one gang's devices).
         ``keep``: jobs that keep their model (between rounds: the running ones and those
         planned before), ``kept_mates`` their mates; ``halves``: running packed jobs whose
-        mate has gone (a pair of one of them, kept, and a job not planned yet takes no more
-        room: the newcomer joins it). A running job whose first fitting entry is its
+        mate has gone, and the model they run on (a pair of one of them, kept, and a job
+        not planned yet takes no more room: the newcomer joins it; on its own model such a
+        job holds half of its devices against its tenant's quota, though a whole job could
+        not use the other half). A running job whose first fitting entry is its
         current model keeps its devices. Returns the plan and the mates."""
         quotas = _Quotas(ctx)
+        halves = halves or {}
         plan: dict[str, str] = {}
         mates: dict[str, str] = {}
         room: dict[str, float] = {m: float(c) for m, c in ctx.capacity.items()}
+
+        def quota_part(jid: str, model: str) -> float:
+            return PACKED_SHARE if jid in mates or halves.get(jid) == model else 1.0
+
         for jid, model in keep.items():
             if jid in ctx.gang:
                 plan[jid] = model
@@ -455,21 +466,21 @@ class RoundScheduler(Scheduler):
                 if mate is not None and mate in keep and kept_mates.get(mate) == jid:
                     mates[jid], part = mate, PACKED_SHARE
                 room[model] = room.get(model, 0.0) - ctx.holds(jid) * part
-                quotas.charge(jid, model, part)
+                quotas.charge(jid, model, quota_part(jid, model))
         for unit, model in self.policy.order_units(ctx, x):
             if any(not ctx.tput.get(j, {}).get(model) for j in unit):
                 continue
             joins = [j for j in unit if j not in plan]
             if len(unit) == 2 and len(joins) == 1:
                 host = unit[0] if joins[0] == unit[1] else unit[1]
-                if (host in halves and host not in mates and plan[host] == model
+                if (halves.get(host) == model and host not in mates and plan[host] == model
                         and quotas.allows(joins, model, PACKED_SHARE)):  # fmt: skip
                     plan[joins[0]], mates[host], mates[joins[0]] = model, joins[0], host
                     quotas.charge(joins[0], model, PACKED_SHARE)
                 continue
             if len(joins) < len(unit):
                 continue
-            part = 1.0 if len(unit) == 1 else PACKED_SHARE
+            part = quota_part(unit[0], model) if len(unit) == 1 else PACKED_SHARE
             need = ctx.holds(unit[0])
             if room.get(model, 0.0) >= need - 1e-9 and quotas.allows(unit, model, part):
                 for jid in unit:

@@ -125,7 +125,7 @@ class SimBackend(Backend, SupportsProgress):
                 self._caps[dev.id] = cap
         self._idle_w = {d.id: rates.power_w(d.model.name, False) for d in fabric.devices.values()}
         self.busy: dict[str, float] = {}  # device -> share of it in use by running jobs
-        self._packed_on: dict[str, list[str]] = {}  # device -> packed jobs running on it
+        self._shared_on: dict[str, list[str]] = {}  # device -> jobs holding a share of it
         self.running = 0  # jobs running now
         self.busy_by_model: dict[str, int] = {}
         self.power_w = sum(self._idle_w.values())  # the fabric's draw now
@@ -285,9 +285,9 @@ class SimBackend(Backend, SupportsProgress):
             assert self.comm is not None
             self.comm.add(run.job, run.devices, nbytes)
             self._reprice(now)
-        if run.packed:
+        if share < 1:
             for d in run.devices:
-                self._packed_on.setdefault(d, []).append(run.job)
+                self._shared_on.setdefault(d, []).append(run.job)
             self._recolocate(run.devices, now)
 
     def _reprice(self, now: float) -> None:
@@ -299,19 +299,22 @@ class SimBackend(Backend, SupportsProgress):
                 self._retime(run, now)
 
     def _recolocate(self, devices: tuple[str, ...], now: float) -> None:
-        """Packed jobs' rates on ``devices`` after one of them started or stopped: a job
-        alone keeps its whole rate; a job sharing all of its devices with one other job
-        the pair's measured fraction; otherwise (not measured, or several others) its
+        """Packed jobs' rates on ``devices`` after a job holding a share of one of them
+        started or stopped: a packed job alone keeps its whole rate; one sharing all of its
+        devices with one other packed job the pair's measured fraction; otherwise (not
+        measured, several others, or a job holding a fractional share beside it) its
         placement's share."""
-        jobs = {j for d in devices for j in self._packed_on.get(d, ())}
+        jobs = {j for d in devices for j in self._shared_on.get(d, ())}
         for job in sorted(jobs):
             run = self._runs[job]
-            mates = {m for d in run.devices for m in self._packed_on.get(d, ()) if m != job}
+            if not run.packed:
+                continue  # a fractional share runs at its share of the rate, always
+            mates = {m for d in run.devices for m in self._shared_on.get(d, ()) if m != job}
             run.colo = 1.0
             if len(mates) == 1:
                 mate = self._runs[next(iter(mates))]
                 factors = None
-                if set(mate.devices) == set(run.devices):
+                if mate.packed and set(mate.devices) == set(run.devices):
                     factors = self.rates.colocated(
                         self.spec_of(job).workload.type or "generic",
                         self.spec_of(mate.job).workload.type or "generic",
@@ -390,12 +393,12 @@ class SimBackend(Backend, SupportsProgress):
             self.power_w -= each - self._idle_w[d] * run.share
         if talked:
             self._reprice(now)
-        if run.packed:
+        if run.share < 1:
             for d in run.devices:
-                on = self._packed_on[d]
+                on = self._shared_on[d]
                 on.remove(run.job)
                 if not on:
-                    del self._packed_on[d]
+                    del self._shared_on[d]
             self._recolocate(run.devices, now)
 
 

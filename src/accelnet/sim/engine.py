@@ -227,8 +227,10 @@ class Simulation:
         return result
 
     def _jct_bound(self) -> float | None:
-        """The LP bound on the average JCT, if asked for and the trace is not too long."""
-        if not self.jct_bound or len(self._first) > MAX_JOBS:
+        """The LP bound on the average JCT, if asked for, the trace is not too long and the
+        policy does not pack jobs (the bound does not hold for packed schedules)."""
+        packs = getattr(getattr(self.scheduler, "policy", None), "packs", False)
+        if not self.jct_bound or len(self._first) > MAX_JOBS or packs:
             return None
         return jct_lp(self.fabric, self._first, model_rates(self.rates))
 
