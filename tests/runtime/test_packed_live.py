@@ -29,8 +29,14 @@ def run(tmp_path: Path, colocated: bool) -> dict[str, list[str]]:
     out.mkdir()
     sched = make_scheduler("hetero-jct-packed", round_s=600.0)
     with accelnet.local(fabric=fabric(1, 1), workdir=tmp_path / "w", scheduler=sched) as c:
-        jobs = [c.submit_spec(spec(n, steps, out, colocated), job_id=n)
-                for n, steps in (("a", 800.0), ("b", 1200.0))]  # fmt: skip
+        # both arrive before the controller's next decision (holding its lock), as two jobs
+        # submitted together would: otherwise a could start alone before b is there
+        with c._lock:
+            for n, steps in (("a", 800.0), ("b", 1200.0)):
+                c.controller.submit(spec(n, steps, out, colocated), None, n)
+            c.controller.wake()
+        c.backend.wakeup()
+        jobs = [c.job(n) for n in "ab"]
         assert all(j.wait(timeout=60).state.value == "succeeded" for j in jobs)
     return {n: [*(out / f"{n}.start").read_text().split(), (out / f"{n}.end").read_text().strip()]
             for n in "ab"}  # fmt: skip
