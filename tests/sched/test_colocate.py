@@ -181,3 +181,19 @@ def test_the_packed_lp_packs_when_the_pair_completes_more(
 def test_packing_and_the_guard_do_not_combine() -> None:
     with pytest.raises(ValueError, match="guard and packing"):
         HeteroJct(guard=0.5, packs=True)
+
+
+def test_live_pair_rates_come_from_both_jobs_hints() -> None:
+    from accelnet.sched.jobinfo import hint_pairs
+
+    def spec(colocated: dict[str, float]) -> JobSpec:
+        return JobSpec.model_validate({"name": "j", "run": "x",
+                                       "workload": {"colocated": colocated}})  # fmt: skip
+
+    a, b, none = spec({"V100": 0.7}), spec({"tesla-v100": 0.6, "A100": 0.9}), spec({})
+    assert hint_pairs(a, b, "V100", 1) == (0.7, 0.6)  # an alias names the model
+    assert hint_pairs(b, a, "V100", 2) == (0.6, 0.7)
+    assert hint_pairs(a, b, "A100", 1) is None  # a gave no figure for an A100
+    assert hint_pairs(a, none, "V100", 1) is None
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        spec({"V100": 1.5})
