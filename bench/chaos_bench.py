@@ -128,6 +128,7 @@ class ChaosConfig:
     backend: str = "local"  # or "ray": a local Ray cluster, whose worker nodes die too
     node_kills: int = 0  # Ray worker nodes SIGKILLed (then added back), on "ray"
     node_down_s: tuple[float, float] = (1.0, 3.0)  # a killed node is added back after
+    shares: float = 0.0  # fraction of jobs asking for half a device (several tasks per device)
 
 
 @dataclass
@@ -163,10 +164,13 @@ class ChaosReport:
                     or self.unplanned)  # fmt: skip
 
 
-def workload(n: int, seed: int, work: Path) -> list[dict[str, Any]]:
+def workload(n: int, seed: int, work: Path, shares: float = 0.0) -> list[dict[str, Any]]:
     """``n`` short jobs: mostly single-device, some gangs of 2 or 4, some that fail once
-    before succeeding, some that always fail, some checkpointable (seeded)."""
+    before succeeding, some that always fail, some checkpointable (seeded); ``shares``: that
+    fraction of them (drawn apart, so the rest of the mix is unchanged) ask for half a
+    device instead of a whole one, so devices run several tasks at once."""
     rng = random.Random(seed)
+    halves = random.Random(seed + 1)
     jobs = []
     for i in range(n):
         name = f"c{i:04d}"
@@ -183,6 +187,8 @@ def workload(n: int, seed: int, work: Path) -> list[dict[str, Any]]:
             run, spec["max_retries"] = "exit 4", 1
         elif kind < 0.50:
             spec["checkpointable"] = True
+        if "resources" not in spec and halves.random() < shares:
+            spec["resources"] = {"accelerators": "any:0.5"}
         spec["run"] = run
         jobs.append(spec)
     return jobs
@@ -223,7 +229,7 @@ def run_chaos(cfg: ChaosConfig, work: Path) -> ChaosReport:
         raise ValueError(f"backend {cfg.backend!r}: valid: local, ray")
     work.mkdir(parents=True, exist_ok=True)
     (work / "marks").mkdir(exist_ok=True)
-    jobs = workload(cfg.jobs, cfg.seed, work)
+    jobs = workload(cfg.jobs, cfg.seed, work, cfg.shares)
     plan: dict[str, Any] = {"fabric": cfg.fabric, "jobs": jobs}
     if cfg.backend == "ray":
         plan["ray_fabric"] = ray_fabric_spec(RAY_NODES)
@@ -381,6 +387,8 @@ def main() -> None:
     ap.add_argument("--worker-kills", type=int, default=d.worker_kills)
     ap.add_argument("--fault-rate", type=float, default=d.fault_rate)
     ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--shares", type=float, default=d.shares,
+                    help="fraction of jobs asking for half a device")  # fmt: skip
     ap.add_argument("--backend", choices=["local", "ray"], default=d.backend)
     ap.add_argument("--node-kills", type=int, default=d.node_kills, help="Ray worker nodes")
     ap.add_argument("--gap", type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
@@ -388,7 +396,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="keep the run here (default: temp)")
     a = ap.parse_args()
     cfg = ChaosConfig(a.jobs, a.controller_kills, a.worker_kills, a.fault_rate, a.seed,
-                      backend=a.backend, node_kills=a.node_kills)  # fmt: skip
+                      backend=a.backend, node_kills=a.node_kills, shares=a.shares)  # fmt: skip
     if a.gap is not None:
         cfg.gap_s = (a.gap[0], a.gap[1])
     import tempfile
@@ -406,6 +414,8 @@ def main() -> None:
     for n in report.unplanned[:20]:
         print("UNPLANNED", n)
     name = "chaos_bench.json" if cfg.backend == "local" else f"chaos_bench_{cfg.backend}.json"
+    if cfg.shares > 0:
+        name = name.replace(".json", "_shares.json")
     out = Path(__file__).parent / "results" / name
     out.parent.mkdir(exist_ok=True)
     cmd = " ".join(["python", "bench/chaos_bench.py", *sys.argv[1:]])

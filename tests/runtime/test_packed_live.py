@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import accelnet
+from accelnet.runtime.invariants import check
 from accelnet.sched import JobSpec
 from accelnet.sched.policies import make_scheduler
 
@@ -68,6 +69,18 @@ def test_two_half_shares_of_one_gpu_run_at_once(tmp_path: Path) -> None:
                    f"date +%s.%N >> {out}/{n}",
         }), job_id=n) for n in "ab"]  # fmt: skip
         assert [j.wait(timeout=60).state.value for j in jobs] == ["succeeded", "succeeded"]
+        # a third takes the half the first one left: the log records each release, so the
+        # audit of the device's holders finds no over-commit
+        third = c.submit_spec(
+            JobSpec.model_validate(
+                {"name": "c", "resources": {"accelerators": "V100:0.5"}, "run": "true"}
+            ),
+            job_id="c",
+        )
+        assert third.wait(timeout=60).state.value == "succeeded"
+        check(c.store)
+        released = [e.detail for e in c.store.events() if e.detail.endswith("released it")]
+        assert len(released) == 3
     (share_a, start_a, end_a), (share_b, start_b, end_b) = ((out / n).read_text().split()
                                                             for n in "ab")  # fmt: skip
     assert share_a == share_b == "0.5"

@@ -84,8 +84,9 @@ class _DeviceBook:
         for dev in placement.devices:
             holders = self.holders.get(dev, set())
             holders.discard(jid)
-            if holders:
-                continue  # another job still holds a share of it
+            if holders:  # another job still holds a share of it: recorded, no change
+                self.store.set_device(dev, self.states[dev].state, now, f"{jid} released it")
+                continue
             rec = release(self.states[dev], dev, now, jid)
             self.track(dev, rec)
             self.store.set_device(dev, rec.state, now, f"{jid} released it")
