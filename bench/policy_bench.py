@@ -63,8 +63,8 @@ TRACES = ROOT.parent.parent / "shared" / "data" / "gavel" / "traces"
 RESULTS = ROOT / "results" / "policies.json"
 PLOT = ROOT / "results" / "policy_jct_vs_rate.png"
 POLICIES = (
-    "fifo,las,srtf,sjf,drf,hetero-fair,hetero-jct,hetero-jct-tail,hetero-jct-packed,"
-    "hetero-jct-tail-packed,min-makespan,finish-time-fair,energy"
+    "fifo,las,srtf,sjf,drf,hetero-fair,hetero-fair-packed,hetero-jct,hetero-jct-tail,"
+    "hetero-jct-packed,hetero-jct-tail-packed,min-makespan,finish-time-fair,energy"
 )
 GAVEL = {  # ../shared/data/README.md: Gavel's simulator, round 360 s, seed 0
     "max_min_fairness.trace": {

@@ -197,3 +197,43 @@ def test_live_pair_rates_come_from_both_jobs_hints() -> None:
     assert hint_pairs(a, none, "V100", 1) is None
     with pytest.raises(ValueError, match="less than or equal to 1"):
         spec({"V100": 1.5})
+
+
+@pytest.mark.parametrize(
+    ("factors", "packed"),
+    [
+        # one V100, a and b alike: apart, each gets half of it (level 1 over its equal
+        # share); together each keeps 0.8 of its rate all the time: level 1.6, packed
+        ((0.8, 0.8), True),
+        # together each keeps 0.4 < 0.5: apart is fairer
+        ((0.4, 0.4), False),
+    ],
+)
+def test_hetero_fair_packed_packs_when_every_job_gains(
+    factors: tuple[float, float], packed: bool
+) -> None:
+    from accelnet.sched.policies.hetero_fair import HeteroFair
+
+    x = HeteroFair.packed().allocate(ctx_of({"a": 100.0, "b": 200.0}, factors))
+    if packed:
+        assert isinstance(x, PackedAllocation)
+        assert x.pairs == {("a", "b"): {"V100": pytest.approx(1.0)}}
+    else:
+        assert not getattr(x, "pairs", {})
+        assert x["a"]["V100"] == pytest.approx(0.5) and x["b"]["V100"] == pytest.approx(0.5)
+
+
+def test_pairs_rank_among_jobs_alone_by_gavels_priority() -> None:
+    # the default order puts a unit never served first: the pair (never served together)
+    # before c (alone, never served either, but later in the queue)
+    ctx = ctx_of({"a": 100.0, "b": 200.0, "c": 50.0}, (0.8, 0.8))
+    x = PackedAllocation({"c": {"V100": 0.5}}, {("a", "b"): {"V100": 0.5}})
+    units = RoundPolicy.order_units(HeteroJctLike(), ctx, x)
+    assert units[:2] == [(("a", "b"), "V100"), (("c",), "V100")]
+
+
+class HeteroJctLike(RoundPolicy):
+    """A policy with the default orders."""
+
+    def allocate(self, ctx: RoundContext) -> Allocation:
+        return {}

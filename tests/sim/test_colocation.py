@@ -179,14 +179,15 @@ def test_hetero_jct_packed_packs_when_the_pair_completes_work_faster() -> None:
     # 800 s, b at 2,000 s. Packed, the LP's pair term 0.9/800 + 0.9/1,200 beats a alone
     # (1/800) at every round, so both start together at 0.9 step/s: a ends at 888.9 s, b
     # has 400 steps left then and ends at 1,288.9 s: average JCT 1,088.9 s against 1,400 s.
+    # hetero-fair-packed packs them too: together each does 0.9 of its rate, apart half
     jobs = [SimJob("a", 0.0, "a", 1, 800.0), SimJob("b", 0.0, "b", 1, 1200.0)]
     ends = {}
-    for policy in ("hetero-jct", "hetero-jct-packed"):
+    for policy in ("hetero-jct", "hetero-jct-packed", "hetero-fair-packed"):
         sim = Simulation(one_v100(), jobs, make_scheduler(policy, TOY), TOY, restart_s=0.0)
         ends[policy] = {o.id: o.end for o in sim.run().jobs}
     assert ends["hetero-jct"] == {"a": pytest.approx(800.0), "b": pytest.approx(2000.0)}
-    assert ends["hetero-jct-packed"] == {"a": pytest.approx(800 / 0.9),
-                                         "b": pytest.approx(800 / 0.9 + 400)}  # fmt: skip
+    packed = {"a": pytest.approx(800 / 0.9), "b": pytest.approx(800 / 0.9 + 400)}
+    assert ends["hetero-jct-packed"] == ends["hetero-fair-packed"] == packed
 
 
 def test_a_pair_that_does_not_pay_is_not_packed() -> None:

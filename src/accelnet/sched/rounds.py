@@ -45,6 +45,7 @@ from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.colocate import (
     PACKED_SHARE,
     Factors,
+    PackedAllocation,
     PairRateFn,
     current_mates,
     is_packed,
@@ -165,24 +166,52 @@ class RoundPolicy(ABC):
     def order(self, ctx: RoundContext, x: Allocation) -> list[tuple[str, str]]:
         """(job, model) pairs, most deserving first; by default Gavel's priority:
         ``X[j][m]`` over the fraction of time received on ``m`` (never received: first),
-        then the allocation, then queue order. Pairs with ``X = 0`` come last, by rate."""
-        ranked: list[tuple[tuple[float, ...], str, str]] = []
-        for pos, job in enumerate(ctx.jobs):
-            for model, rate in ctx.tput[job.id].items():
-                share = x.get(job.id, {}).get(model, 0.0)
-                if share > 1e-9:
-                    got = ctx.received(job, model)
-                    prio = share / got if got > 1e-9 else math.inf
-                    ranked.append(((0.0, -prio, -share, pos), job.id, model))
-                elif rate > 0:
-                    ranked.append(((1.0, float(pos), -rate, 0.0), job.id, model))
-        ranked.sort(key=lambda r: r[0])
-        return [(j, m) for _, j, m in ranked]
+        then the allocation, then queue order. Pairs with ``X = 0`` come last, by rate.
+        (For a :class:`PackedAllocation`, ``X`` is each job's time alone.)"""
+        return [(unit[0], m) for _, unit, m in sorted(self._gavel(ctx, x), key=_first)
+                if len(unit) == 1]  # fmt: skip
 
     def order_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
         """Units to plan, most deserving first: a job alone ``((job,), model)`` or a packed
-        pair ``((a, b), model)``; by default :meth:`order`'s jobs alone."""
-        return [((j,), m) for j, m in self.order(ctx, x)]
+        pair ``((a, b), model)``. By default :meth:`order`'s jobs alone, and the pairs of a
+        :class:`PackedAllocation` ranked among them by the same priority (their time
+        together over the time the less served of the two received on the model)."""
+        if not isinstance(x, PackedAllocation) or not x.pairs:
+            return [((j,), m) for j, m in self.order(ctx, x)]
+        return [(unit, m) for _, unit, m in sorted(self._gavel(ctx, x), key=_first)]
+
+    def _gavel(
+        self, ctx: RoundContext, x: Allocation
+    ) -> list[tuple[tuple[float, ...], tuple[str, ...], str]]:
+        """Every unit with its key for Gavel's order (see :meth:`order`)."""
+        alone = x.alone if isinstance(x, PackedAllocation) else x
+        ranked: list[tuple[tuple[float, ...], tuple[str, ...], str]] = []
+        pos_of: dict[str, int] = {}
+        for pos, job in enumerate(ctx.jobs):
+            pos_of[job.id] = pos
+            for model, rate in ctx.tput[job.id].items():
+                share = alone.get(job.id, {}).get(model, 0.0)
+                if share > 1e-9:
+                    got = ctx.received(job, model)
+                    prio = share / got if got > 1e-9 else math.inf
+                    ranked.append(((0.0, -prio, -share, pos), (job.id,), model))
+                elif rate > 0:
+                    ranked.append(((1.0, float(pos), -rate, 0.0), (job.id,), model))
+        if isinstance(x, PackedAllocation):
+            views = {j.id: j for j in ctx.jobs}
+            for (a, b), shares in x.pairs.items():
+                for model, value in shares.items():
+                    if value <= 1e-9 or a not in views or b not in views:
+                        continue
+                    got = min(ctx.received(views[a], model), ctx.received(views[b], model))
+                    prio = value / got if got > 1e-9 else math.inf
+                    first = float(min(pos_of[a], pos_of[b]))
+                    ranked.append(((0.0, -prio, -value, first), (a, b), model))
+        return ranked
+
+
+def _first(entry: tuple[tuple[float, ...], tuple[str, ...], str]) -> tuple[float, ...]:
+    return entry[0]
 
 
 class RoundScheduler(Scheduler):

@@ -3,9 +3,9 @@
 ``fifo``, ``priority`` (with aging), ``priority-preempt`` and ``fifo-first-fit`` order the
 queue; ``sjf``, ``srtf``, ``las``, ``drf``, ``hetero-fair``, ``hetero-jct``, ``min-makespan``,
 ``finish-time-fair`` and ``energy`` work in rounds (:mod:`accelnet.sched.rounds`);
-``hetero-jct-packed`` also packs pairs of jobs on the same devices where that pays
-(:mod:`accelnet.sched.colocate`). The live controller and the simulator take the very same objects:
-``make_scheduler(name, rates=..., round_s=...)``.
+``hetero-jct-packed`` and ``hetero-fair-packed`` also pack pairs of jobs on the same devices
+where that pays (:mod:`accelnet.sched.colocate`). The live controller and the simulator
+take the very same objects: ``make_scheduler(name, rates=..., round_s=...)``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ ROUND_POLICIES: dict[str, Callable[[], RoundPolicy]] = {
     "las": Las,
     "drf": Drf,
     "hetero-fair": HeteroFair,
+    "hetero-fair-packed": HeteroFair.packed,
     "hetero-jct": HeteroJct,
     "hetero-jct-tail": HeteroJct.tail,
     "hetero-jct-packed": HeteroJct.packed,

@@ -12,14 +12,32 @@ one column per class and model (``y``, the class's summed time fractions, at mos
 size) and each member gets ``y / size``. By symmetry and convexity the optimum is the same
 as with a column per job, and a round of thousands of jobs is an LP of a few hundred
 columns.
+
+``hetero-fair-packed`` (Gavel's ``max_min_fairness_packed``) also has a column per pair of
+jobs that gain by sharing a model's devices (:func:`~.lp.pair_columns`): a pair's time
+adds to each member's throughput its rate there times the fraction it keeps beside the
+other. It solves one column per job (up to :data:`~.lp.CLASSES_ABOVE` active jobs; above
+that, classes without pairs).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix, hstack
+from scipy.sparse import coo_matrix, csr_matrix, hstack
 
-from accelnet.sched.policies.lp import allocation, extra_columns, job_rows, pairs_of, solve, stack
+from accelnet.sched.colocate import PackedAllocation
+from accelnet.sched.policies.lp import (
+    CLASSES_ABOVE,
+    allocation,
+    extra_columns,
+    job_rows,
+    pair_allocation,
+    pair_columns,
+    pairs_of,
+    side_by_side,
+    solve,
+    stack,
+)
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
 
@@ -46,9 +64,21 @@ class HeteroFair(RoundPolicy):
 
     name = "hetero-fair"
 
+    @classmethod
+    def packed(cls) -> HeteroFair:
+        """The variant that also packs pairs of jobs (``hetero-fair-packed``)."""
+        policy = cls()
+        policy.packs = True
+        policy.name = "hetero-fair-packed"
+        return policy
+
     def allocate(self, ctx: RoundContext) -> Allocation:
         """See :class:`RoundPolicy`."""
         fair = equal_share(ctx)
+        if self.packs and ctx.colocated is not None and len(ctx.jobs) <= CLASSES_ABOVE:
+            packed = self._packed(ctx, fair)
+            if packed is not None:
+                return packed
         members: dict[tuple[object, ...], list[str]] = {}
         for job in ctx.jobs:
             key = (tuple(sorted(ctx.tput[job.id].items())), ctx.gang[job.id],
@@ -93,3 +123,40 @@ class HeteroFair(RoundPolicy):
             for jid in reps[rep]:
                 out[jid] = dict(share)
         return out
+
+    def _packed(self, ctx: RoundContext, fair: dict[str, float]) -> PackedAllocation | None:
+        """The two stages with a column per job and per pair that gains by sharing (None:
+        no such pair, or no optimum: the caller solves without pairs)."""
+        p = pairs_of(ctx)
+        pc = pair_columns(ctx, p) if p.n else None
+        if pc is None:
+            return None
+        jobs = len(p.jobs)
+        norm = [1.0 / max(1e-12, fair[j] * ctx.weights.get(j, 1.0)) for j in p.jobs]
+        coef = p.rate * np.array([norm[i] for i, _ in p.pairs])
+        rows, cols, vals = [], [], []
+        for col, (i, k, model) in enumerate(pc.cols):
+            ja, jb = p.jobs[i], p.jobs[k]
+            rows += [i, k]
+            cols += [col, col]
+            vals += [pc.fa[col] * ctx.tput[ja][model] * norm[i],
+                     pc.fb[col] * ctx.tput[jb][model] * norm[k]]  # fmt: skip
+        pair_level = coo_matrix((vals, (rows, cols)), shape=(jobs, pc.n)).tocsr()
+        level = side_by_side(job_rows(p, coef), pair_level)  # each job's normalised level
+        shared = side_by_side(p.a_shared, pc.a_shared)
+        n = p.n + pc.n
+        # stage 1: maximise t s.t. level_j >= t
+        a = stack(extra_columns(shared, 1), side_by_side(-level, csr_matrix(np.ones((jobs, 1)))))
+        b = np.concatenate([p.b_shared, np.zeros(jobs)])
+        c = np.zeros(n + 1)
+        c[-1] = -1.0
+        v = solve(c, a, b, [(0.0, 1.0)] * n + [(0.0, None)])
+        if v is None:
+            return None
+        t = v[-1] * (1 - 1e-6)
+        # stage 2: the most total normalised throughput with every job at level t or more
+        total = np.asarray(level.sum(axis=0)).ravel()
+        v2 = solve(-total, stack(shared, -level), np.concatenate([p.b_shared, -np.full(jobs, t)]),
+                   [(0.0, 1.0)] * n)  # fmt: skip
+        best = v2 if v2 is not None else v[:n]
+        return PackedAllocation(allocation(p, best[: p.n]), pair_allocation(p, pc, best[p.n :]))
