@@ -135,6 +135,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         # lanes whose task ended while the device could not be refreshed (another lane was
         # busy, or a spare lane) -> whether a payload ran: cleaned before their next task
         self._dirty: dict[tuple[str, int], bool] = {}
+        self._running_on: dict[str, int] = {}  # device -> its tasks running now (all lanes)
         self._ever_started = self._pool.ever_started
         self._events: list[TaskEvent] = []
         self._closed = False
@@ -218,6 +219,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
         w.task = _Task(task)
         self._tasks[task.task_id] = w.key
+        self._running_on[device.id] = self._running_on.get(device.id, 0) + 1
         self._pool.send(w, ("run", req))
 
     def _hand_over(self, task: TaskSpec, scratch: Path, user: OsUser, req: dict[str, Any]) -> None:
@@ -478,7 +480,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         assert w.task is not None
         task_id = w.task.spec.task_id
         key = (w.device, w.lane)
-        others = any(o.task is not None for o in self._pool.lanes(w.device) if o is not w)
+        left = self._running_on.pop(w.device, 1) - 1
+        if left:
+            self._running_on[w.device] = left
+        others = left > 0
         if w.lane > 0 or others:  # the device cannot be refreshed before the lane's next task
             self._dirty[key] = self._dirty.get(key, False) or w.task.spec.payload is not None
         w.task = None
