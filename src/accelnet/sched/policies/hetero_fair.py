@@ -134,14 +134,13 @@ class HeteroFair(RoundPolicy):
         jobs = len(p.jobs)
         norm = [1.0 / max(1e-12, fair[j] * ctx.weights.get(j, 1.0)) for j in p.jobs]
         coef = p.rate * np.array([norm[i] for i, _ in p.pairs])
-        rows, cols, vals = [], [], []
-        for col, (i, k, model) in enumerate(pc.cols):
-            ja, jb = p.jobs[i], p.jobs[k]
-            rows += [i, k]
-            cols += [col, col]
-            vals += [pc.fa[col] * ctx.tput[ja][model] * norm[i],
-                     pc.fb[col] * ctx.tput[jb][model] * norm[k]]  # fmt: skip
-        pair_level = coo_matrix((vals, (rows, cols)), shape=(jobs, pc.n)).tocsr()
+        ia = np.array([i for i, _, _ in pc.cols])
+        ib = np.array([k for _, k, _ in pc.cols])
+        scale = np.array(norm)
+        vals = np.concatenate([pc.ra * scale[ia], pc.rb * scale[ib]])
+        cols = np.concatenate([np.arange(pc.n), np.arange(pc.n)])
+        pair_level = coo_matrix((vals, (np.concatenate([ia, ib]), cols)),
+                                shape=(jobs, pc.n)).tocsr()  # fmt: skip
         level = side_by_side(job_rows(p, coef), pair_level)  # each job's normalised level
         shared = side_by_side(p.a_shared, pc.a_shared)
         n = p.n + pc.n

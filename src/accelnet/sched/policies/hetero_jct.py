@@ -137,11 +137,10 @@ class HeteroJct(RoundPolicy):
         pc = pair_columns(ctx, p)
         if pc is None:
             return None
-        terms = np.zeros(pc.n)
-        for c, (i, k, model) in enumerate(pc.cols):
-            a, b = p.jobs[i], p.jobs[k]
-            gain = pc.fa[c] * ctx.tput[a][model] / left[a] + pc.fb[c] * ctx.tput[b][model] / left[b]
-            terms[c] = gain / float(ctx.gang[a]) ** self.gang_weight
+        a = [p.jobs[i] for i, _, _ in pc.cols]
+        b = [p.jobs[k] for _, k, _ in pc.cols]
+        gain = pc.ra / np.array([left[j] for j in a]) + pc.rb / np.array([left[j] for j in b])
+        terms = gain / np.array([float(ctx.gang[j]) for j in a]) ** self.gang_weight
         v = solve(
             -np.concatenate([progress, terms]),
             side_by_side(p.a_shared, pc.a_shared),

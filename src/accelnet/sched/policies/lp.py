@@ -63,12 +63,13 @@ def pairs_of(ctx: RoundContext) -> Pairs:
 @dataclass
 class PairColumns:
     """Packed-pair columns appended to a :class:`Pairs` LP: ``(a, b, model)`` by job index,
-    the fractions of their rates alone each keeps there, and the block of the shared rows
-    (both jobs' time rows, the model's capacity row at one gang)."""
+    each member's gang rate there while packed (its rate alone times the fraction it
+    keeps), and the block of the shared rows (both jobs' time rows, the model's capacity
+    row at one gang)."""
 
     cols: list[tuple[int, int, str]]
-    fa: np.ndarray
-    fb: np.ndarray
+    ra: np.ndarray
+    rb: np.ndarray
     a_shared: csr_matrix
 
     @property
@@ -91,8 +92,8 @@ def pair_columns(ctx: RoundContext, p: Pairs, limit: int = PAIR_JOBS) -> PairCol
         return None
     models = {m: k for k, m in enumerate(ctx.models)}
     cols: list[tuple[int, int, str]] = []
-    fa: list[float] = []
-    fb: list[float] = []
+    ra: list[float] = []
+    rb: list[float] = []
     first = min(limit, len(p.jobs))
     for i, a in enumerate(p.jobs[:first]):
         for k in range(i + 1, first):
@@ -103,8 +104,8 @@ def pair_columns(ctx: RoundContext, p: Pairs, limit: int = PAIR_JOBS) -> PairCol
                 f = fn(a, b, model)
                 if f is not None and f[0] + f[1] > 1 + 1e-9:
                     cols.append((i, k, model))
-                    fa.append(f[0])
-                    fb.append(f[1])
+                    ra.append(f[0] * ctx.tput[a][model])
+                    rb.append(f[1] * ctx.tput[b][model])
     if not cols:
         return None
     rows, cc, vals = [], [], []
@@ -114,7 +115,7 @@ def pair_columns(ctx: RoundContext, p: Pairs, limit: int = PAIR_JOBS) -> PairCol
         vals += [1.0, 1.0, float(ctx.gang[p.jobs[i]])]
     shape = (len(p.jobs) + len(models), len(cols))
     a = coo_matrix((vals, (rows, cc)), shape=shape).tocsr()
-    return PairColumns(cols, np.asarray(fa), np.asarray(fb), a)
+    return PairColumns(cols, np.asarray(ra), np.asarray(rb), a)
 
 
 def pair_allocation(
