@@ -257,8 +257,10 @@ class RoundScheduler(Scheduler):
             return Decision((), (), waiting, {})
         round_no = math.floor(info.now / self.round_s)
         self.window.advance(info.now, running)
-        mates_now = current_mates(running)
         new_round = round_no != self._round
+        # who runs packed with whom: a policy that packs needs it at every decision; any
+        # other only at a round boundary, to stop pairs left by a policy that packed
+        mates_now = current_mates(running) if self.policy.packs or new_round else {}
         # a job being stopped is still one of the jobs: its requeueing changes no plan
         active = frozenset(j.id for j in jobs) | frozenset(stopping)
         preemptive = new_round and self.policy.preemptive
