@@ -333,13 +333,13 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             self._pool.drain(lw)
             if not lw.dead and lw.proc.poll() is not None:
                 self._pool.on_death(lw)
-        busy = [lw for lw in self._pool.lanes(dev.id) if lw.task is not None]
-        if busy:
-            assert busy[0].task is not None
-            return False, f"device {dev.id} is running task {busy[0].task.spec.task_id}"
-        spares = [lw for lw in self._pool.lanes(dev.id) if lw.lane > 0]
-        for lw in spares:
-            self._pool.stop(lw)
+        lanes = self._pool.lanes(dev.id)  # the ones still alive
+        busy = self._busy_with(lanes)
+        if busy is not None:
+            return False, f"device {dev.id} is running task {busy}"
+        for lw in lanes:
+            if lw.lane > 0:
+                self._pool.stop(lw)  # the spares
         w = self._workers.get(dev.id)
         for scratch in self._pool.scratches(dev):
             failed = self._empty(scratch)
@@ -370,6 +370,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             return False, f"worker pid {w.proc.pid} {how}{self._pool.log_tail(w)}"
         what = "restarted" if restarted else "kept"
         return True, f"scratch emptied; worker {what} (pid {w.proc.pid}, ping {answered:.1f} ms)"
+
+    @staticmethod
+    def _busy_with(lanes: list[_Worker]) -> str | None:
+        """The task a lane of a device is running, if any."""
+        return next((w.task.spec.task_id for w in lanes if w.task is not None), None)
 
     def _empty(self, scratch: Path) -> str | None:
         """Empty a scratch dir (made if missing, taken back from a user); why not, if not."""
@@ -446,10 +451,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         kept by the recycle policy; the new one must answer a ping."""
         self._check_open()
         dev = self._device(device)
-        busy = [lw for lw in self._pool.lanes(dev.id) if lw.task is not None]
-        if busy:
-            assert busy[0].task is not None
-            return False, f"device {dev.id} is running task {busy[0].task.spec.task_id}"
+        busy = self._busy_with(self._pool.lanes(dev.id))
+        if busy is not None:
+            return False, f"device {dev.id} is running task {busy}"
         w = self._workers.get(dev.id)
         notes = []
         if w is not None:

@@ -97,6 +97,7 @@ class _Pool:
         self._emit = emit
         self._lose = lose
         self.workers: dict[str, _Worker] = {}
+        self._top_lane: dict[str, int] = {}  # device -> the highest lane ever started
         self.ever_started: set[str] = set()
         self._log_dirs: dict[str, str] = {}  # a task's log_dir -> resolved
         self._checked_at = 0.0  # when exit statuses were last read (monotonic)
@@ -131,6 +132,7 @@ class _Pool:
             raise
         w = _Worker(device.id, proc, Connection(ours.detach()), log, lane)
         self.workers[w.key] = w
+        self._top_lane[device.id] = max(lane, self._top_lane.get(device.id, 0))
         self.ever_started.add(device.id)
         w.beat = self._clock.now()
         init = {"parent_pid": os.getpid(), "spool": str(self.spool(device.id, lane)),
@@ -170,8 +172,10 @@ class _Pool:
         return code
 
     def lanes(self, device: str) -> list[_Worker]:
-        """The live workers of ``device``, its own first."""
-        return [w for w in self.workers.values() if w.device == device]
+        """The live workers of ``device``, its own first (looked up by lane, not by a scan
+        of every device's workers)."""
+        keys = (lane_key(device, n) for n in range(self._top_lane.get(device, 0) + 1))
+        return [self.workers[k] for k in keys if k in self.workers]
 
     def _salvage(self, w: _Worker, spec: TaskSpec) -> None:
         spool = self.spool(w.device, w.lane)
