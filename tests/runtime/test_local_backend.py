@@ -23,7 +23,7 @@ from accelnet.fabric.discovery import discover
 from accelnet.runtime.backend import TaskEventKind
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local_backend import LocalBackend
-from accelnet.runtime.taskenv import cuda_visible_devices
+from accelnet.runtime.taskenv import cuda_visible_devices, mps_env
 from tests.runtime.backend_contract import (
     T0,
     BackendContract,
@@ -104,6 +104,39 @@ def test_cuda_visible_devices_names_real_nvidia_gpus_only(tmp_path: Path) -> Non
         cmd = f'printf "%s/%s" "$CUDA_VISIBLE_DEVICES" "$ACCELNET_EMULATED" > {out}'
         assert run(b, task("t", GPU2, tmp_path, cmd))["t"].kind is TaskEventKind.SUCCEEDED
     assert out.read_text() == "2/0"
+
+
+def test_a_share_of_a_real_gpu_gets_mps_limits_that_the_task_can_override(tmp_path: Path) -> None:
+    gpu2 = DEVICES[GPU2]
+    assert mps_env(gpu2, 0.5, emulated=False) == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={int(gpu2.memory_gb * 1024 * 0.5)}M",
+    }
+    assert mps_env(gpu2, 0.004, emulated=False)["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "1"
+    assert mps_env(gpu2, 1.0, emulated=False) == {}  # a whole device: no limit
+    assert mps_env(gpu2, 0.5, emulated=True) == {}  # no real GPU behind it
+    cpu = next(iter(discover("per-core").fabric.devices.values()))
+    assert mps_env(cpu, 0.5, emulated=False) == {}
+    cmd = (
+        'printf "%s/%s" "${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset}" '
+        '"${CUDA_MPS_PINNED_DEVICE_MEM_LIMIT-unset}" > "$OUT"'
+    )
+    with LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0)) as b:
+        half = dataclasses.replace(
+            task("half", GPU2, tmp_path, cmd, env={"OUT": str(tmp_path / "half")}), share=0.25
+        )
+        whole = task("whole", GPU2, tmp_path, cmd, env={"OUT": str(tmp_path / "whole")})
+        own = dataclasses.replace(
+            task("own", GPU2, tmp_path, cmd,
+                 env={"OUT": str(tmp_path / "own"), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40"}),
+            share=0.25,
+        )  # fmt: skip
+        for t in (half, whole, own):
+            assert run(b, t)[t.task_id].kind is TaskEventKind.SUCCEEDED
+    mem = int(gpu2.memory_gb * 1024 * 0.25)
+    assert (tmp_path / "half").read_text() == f"25/0={mem}M"
+    assert (tmp_path / "whole").read_text() == "unset/unset"
+    assert (tmp_path / "own").read_text() == f"40/0={mem}M"  # the spec's env wins
 
 
 # -- refresh, start and close ---------------------------------------------------------------

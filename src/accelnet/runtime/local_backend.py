@@ -57,7 +57,7 @@ from accelnet.runtime.local_workers import (
     lane_key,
 )
 from accelnet.runtime.runas import OsUser, hand_over, task_identity, user_for
-from accelnet.runtime.taskenv import task_env_delta
+from accelnet.runtime.taskenv import mps_env, task_env_delta
 
 Recycle = Literal["always", "after-python", "never"]
 RECYCLE_POLICIES: tuple[Recycle, ...] = ("always", "after-python", "never")
@@ -184,7 +184,13 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "payload": None,
             "payload_path": None,
             # the worker has the parent's environment and the device's from its start
-            "env": task_env_delta(task, self._handoff.task_env(task, self._here(task))),
+            "env": task_env_delta(
+                task,
+                {
+                    **self._handoff.task_env(task, self._here(task)),
+                    **mps_env(device, task.share, self._emulated),
+                },
+            ),
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,

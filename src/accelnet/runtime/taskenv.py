@@ -62,6 +62,24 @@ def device_env(device: Device, scratch: Path, emulated: bool) -> dict[str, str]:
     }
 
 
+def mps_env(device: Device, share: float, emulated: bool) -> dict[str, str]:
+    """CUDA MPS limits for a task holding ``share`` of a real NVIDIA GPU (a fractional
+    request, or one of a packed pair), as NVIDIA's Kubernetes device plugin sets them for
+    MPS sharing: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (that share of the GPU's threads,
+    at least 1 %) and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (that share of its memory, on
+    device 0: the task sees only its GPU). Where the operator runs the MPS control daemon,
+    they hold each tenant to its share; where it does not, CUDA ignores them and the tasks
+    time-share the GPU. Empty for a whole device, an emulated fabric or any other device.
+    """
+    if share >= 1.0 or cuda_visible_devices(device, emulated) == "":
+        return {}
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, round(share * 100)))}
+    mib = int(device.memory_gb * 1024 * share)
+    if mib > 0:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
+    return env
+
+
 def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What a task's environment adds to its worker's (which has the parent's environment
     and :func:`device_env` from its start): the task's accelnet variables, the backend's
