@@ -11,7 +11,7 @@ aware placement gains over a topology-oblivious scheduler.
    a pod of four (``dgx-h100:hosts=4``, some GPUs busy) and ``mixed-lab``; predicted
    allreduce bus bandwidth, medians over ``--seeds`` draws of the busy devices.
 
-Run from the project root (part 1 needs ``../shared/data/gavel``)::
+Run from the project root (needs ``../shared/data/gavel``)::
 
     .venv/bin/python bench/comm_model_bench.py [--seeds 11]
 
@@ -101,7 +101,7 @@ def placements(seeds: int, progress: Progress) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     if not GAVEL.exists():
-        sys.exit(f"{GAVEL} is missing: part 1 needs Gavel's throughput table")
+        sys.exit(f"{GAVEL} is missing: the bench needs Gavel's throughput table")
     with Progress(console=console) as progress:
         task = progress.add_task("Gavel's consolidated vs spread figures", total=1)
         gavel = gavel_check()

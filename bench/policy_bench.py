@@ -20,7 +20,7 @@ Every trace and load point also gets the LP lower bound on the average JCT
 (:func:`accelnet.sim.bounds.jct_lp`; 60 s intervals on Gavel's traces, 360 s on the load
 points), beside the run-alone bound.
 
-Run from the project root (needs ``../shared/data`` for part 1)::
+Run from the project root (needs ``../shared/data``: Gavel's traces)::
 
     .venv/bin/python bench/policy_bench.py [--rates 0.5,1,1.5,2,3] [--jobs 100] [--repeats 5]
 
@@ -151,7 +151,7 @@ def packed_lp_s(model: ThroughputModel, jobs: int, seed: int, repeats: int) -> d
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     if not TRACES.exists():
-        sys.exit(f"{TRACES} is missing: part 1 needs Gavel's traces")
+        sys.exit(f"{TRACES} is missing: the bench needs Gavel's traces")
     model = ThroughputModel.gavel()
     policies = [p.strip() for p in args.policies.split(",")]
     rates = [float(r) for r in args.rates.split(",")]

@@ -86,7 +86,7 @@ def main() -> None:
     Console().print(table)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=False).stdout.strip()  # fmt: skip
-    out = Path("bench/results/preempt.json")
+    out = Path(__file__).resolve().parent / "results" / "preempt.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "schema": "accelnet.bench.preempt/v1",
