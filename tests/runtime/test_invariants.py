@@ -135,3 +135,27 @@ def test_a_state_change_without_an_event_is_caught() -> None:
     found = {(v.invariant, v.subject) for v in violations(store)}
     assert ("events-match-states", "a") in found
     assert "events-match-states" in _kinds(store)
+
+
+def test_an_allocation_is_audited_at_the_share_it_was_given() -> None:
+    """Two half shares of one device, then one job requeued (no placement any more): its
+    earlier half is not counted as a whole device. A whole allocation stays whole even if
+    the job is later placed at a half."""
+    store = MemoryStore()
+    for jid, t in (("a", 2.0), ("b", 3.0)):
+        store.add(JobRecord(jid, _spec(retries=1), S.PENDING, 0.0))
+        store.transition(jid, S.ADMITTED, 1.0, "admitted")
+        store.set_device("d0", DeviceState.ALLOCATED, t, f"allocated to {jid} (share 0.5)")
+        store.transition(jid, S.STARTING, t, "placed", placement=_place("d0", share=0.5),
+                         attempts=1)  # fmt: skip
+        store.transition(jid, S.RUNNING, t, "every rank started")
+    store.set_device("d0", DeviceState.ALLOCATED, 5.0, "a released it")
+    store.transition("a", S.ADMITTED, 5.0, "requeued (retry 1 of 1): lost", placement=None,
+                     failures=1)  # fmt: skip
+    assert violations(store) == []
+    # c is given all of d1, then (wrongly) d beside it at a half, and c's record says 0.5
+    _run_to(store, "c", S.RUNNING, ("d1",))
+    store.set_device("d1", DeviceState.ALLOCATED, 6.0, "allocated to d (share 0.5)")
+    store.update("c", placement=_place("d1", share=0.5))
+    found = [v for v in violations(store) if v.invariant == "devices"]
+    assert len(found) == 1 and "allocated to d while held by ['c']" in found[0].evidence

@@ -81,6 +81,10 @@ def test_two_half_shares_of_one_gpu_run_at_once(tmp_path: Path) -> None:
         check(c.store)
         released = [e.detail for e in c.store.events() if e.detail.endswith("released it")]
         assert len(released) == 3
+        allocated = [e.detail for e in c.store.events() if "allocated to" in e.detail]
+        assert sorted(d.split(": ", 1)[1] for d in allocated) == [
+            f"allocated to {n} (share 0.5)" for n in "abc"
+        ]
     (share_a, start_a, end_a), (share_b, start_b, end_b) = ((out / n).read_text().split()
                                                             for n in "ab")  # fmt: skip
     assert share_a == share_b == "0.5"

@@ -355,7 +355,7 @@ class Controller:
             self.power.launched(now)
 
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
-        self._book.allocate(rec.id, placement.devices, now)
+        self._book.allocate(rec.id, placement.devices, now, placement.share)
         attempt = rec.attempts + 1
         self._transition(
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",

@@ -72,12 +72,15 @@ class _DeviceBook:
         self.track(dev, self.states[dev].to(DEVICE_TRANSITIONS, dev, state, at, cause))
         self.store.set_device(dev, state, at, cause)
 
-    def allocate(self, jid: str, devices: Iterable[str], now: float) -> None:
-        """Job ``jid`` holds ``devices`` (a share of each, or all of it)."""
+    def allocate(self, jid: str, devices: Iterable[str], now: float, share: float = 1.0) -> None:
+        """Job ``jid`` holds ``devices`` (``share`` of each: all of it by default). A share
+        below 1 is written into the event (``allocated to J (share 0.5)``), so an audit
+        replaying the log knows it even after the job is placed anew."""
+        cause = f"allocated to {jid}" if share >= 1.0 else f"allocated to {jid} (share {share:g})"
         for dev in devices:
             self.holders.setdefault(dev, set()).add(jid)
             self.track(dev, allocate(self.states[dev], dev, now, jid))
-            self.store.set_device(dev, DeviceState.ALLOCATED, now, f"allocated to {jid}")
+            self.store.set_device(dev, DeviceState.ALLOCATED, now, cause)
 
     def release(self, jid: str, placement: Placement, now: float) -> None:
         """Job ``jid`` lets go of its devices; those no other job holds are refreshed."""

@@ -21,6 +21,7 @@ The promises:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ from accelnet.sched import JobState
 _TERMINAL = {f"job:{s.value}" for s in JobState if s.is_finished()}
 _STATE_KINDS = {f"job:{s.value}": s for s in JobState}
 _EPS = 1e-9
+# a device's allocation event: "allocated to J" (all of it) or "allocated to J (share S)"
+_ALLOCATED = re.compile(r"allocated to (\S+?)(?: \(share ([0-9.eE+-]+)\))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +120,13 @@ def _devices(
     """Replay the device events: who holds each device, and whether they may."""
     out: list[Violation] = []
     holders: dict[str, set[str]] = defaultdict(set)
+    shares: dict[tuple[str, str], float] = {}  # (device, job): the share it was allocated
+    # a log written before allocations named their share below 1: the job's record says it
+    legacy = not any(e.kind == "device:allocated" and "(share " in e.detail for e in events)
 
-    def share(jid: str) -> float:
+    def share(dev: str, jid: str) -> float:
+        if not legacy:
+            return shares.get((dev, jid), 1.0)
         rec = jobs.get(jid)
         return 1.0 if rec is None or rec.placement is None else rec.placement.share
 
@@ -126,9 +134,11 @@ def _devices(
         if e.kind.startswith("device:"):
             dev, _, cause = e.detail.partition(": ")
             if e.kind == "device:allocated" and cause.startswith("allocated to "):
-                jid = cause.removeprefix("allocated to ").strip()
+                found = _ALLOCATED.fullmatch(cause)
+                jid = (found.group(1) if found else cause.removeprefix("allocated to ")).strip()
+                shares[dev, jid] = float(found.group(2)) if found and found.group(2) else 1.0
                 held = holders[dev]
-                if held and sum(share(j) for j in held | {jid}) > 1 + _EPS:
+                if held and sum(share(dev, j) for j in held | {jid}) > 1 + _EPS:
                     out.append(Violation("devices", dev,
                                          f"event #{e.seq}: allocated to {jid} while held by "
                                          f"{sorted(held)}"))  # fmt: skip
