@@ -277,6 +277,26 @@ def test_a_lane_is_cleaned_before_its_next_task_while_the_device_stays_busy(
         assert run(b, task("pid2", GPU0, tmp_path, None, getpid))["pid2"].result != pid
 
 
+def test_a_device_not_refreshed_between_tasks_is_cleaned_even_with_nothing_else_running(
+    tmp_path: Path,
+) -> None:
+    # the controller does not refresh a device another job still holds (a packed gang whose
+    # rank here ended while its other rank runs on): lane 0's next task, with no other task
+    # running, still gets an empty scratch and, after Python, a new worker
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+        run(b, task("x", GPU0, tmp_path, None, write_scratch, job="jx"))
+        pid = run(b, task("pid", GPU0, tmp_path, None, getpid, job="jp"))["pid"].result
+        assert run(b, task("z", GPU0, tmp_path, None, read_scratch, job="jz"))["z"].result == []
+        assert run(b, task("pid2", GPU0, tmp_path, None, getpid, job="jq"))["pid2"].result != pid
+    # recycle="never" keeps the worker (as refresh does), and still empties the scratch
+    with LocalBackend(DEVICES, tmp_path / "v", ManualClock(T0), emulated=True,
+                      recycle="never") as b:  # fmt: skip
+        run(b, task("x", GPU0, tmp_path, None, write_scratch, job="jx"))
+        pid = run(b, task("pid", GPU0, tmp_path, None, getpid, job="jp"))["pid"].result
+        assert run(b, task("z", GPU0, tmp_path, None, read_scratch, job="jz"))["z"].result == []
+        assert run(b, task("pid2", GPU0, tmp_path, None, getpid, job="jq"))["pid2"].result == pid
+
+
 def test_kill_worker_kills_every_lane_and_heartbeats_watch_them_all(tmp_path: Path) -> None:
     with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
         for name in ("a", "b"):

@@ -171,7 +171,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         scratch = self._pool.scratch(device, lane)
         python = self._dirty.pop((device.id, lane), None)
         if python is not None:  # it ran a task and the device was not refreshed since
-            if w is not None and (python or self._recycle == "always"):
+            if w is not None and self._recycles(python):
                 self._pool.stop(w)  # nothing of the last task's Python lives on
                 w = None
             failed = self._empty(scratch)
@@ -355,7 +355,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             del self._dirty[key]
         python_ran = dev.id in self._python_ran
         self._python_ran.discard(dev.id)
-        recycle = self._recycle == "always" or (self._recycle == "after-python" and python_ran)
+        recycle = self._recycles(python_ran)
         if dev.id not in self._ever_started:
             return True, "scratch emptied; no worker started yet"
         if w is not None and recycle:
@@ -376,6 +376,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             return False, f"worker pid {w.proc.pid} {how}{self._pool.log_tail(w)}"
         what = "restarted" if restarted else "kept"
         return True, f"scratch emptied; worker {what} (pid {w.proc.pid}, ping {answered:.1f} ms)"
+
+    def _recycles(self, python_ran: bool) -> bool:
+        """Whether the recycle policy restarts a worker before its next task."""
+        return self._recycle == "always" or (self._recycle == "after-python" and python_ran)
 
     @staticmethod
     def _busy_with(lanes: list[_Worker]) -> str | None:
@@ -493,9 +497,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         left = self._running_on.pop(w.device, 1) - 1
         if left:
             self._running_on[w.device] = left
-        others = left > 0
-        if w.lane > 0 or others:  # the device cannot be refreshed before the lane's next task
-            self._dirty[key] = self._dirty.get(key, False) or w.task.spec.payload is not None
+        # cleaned before the lane's next task unless the device is refreshed first: a device
+        # another job still holds (a packed mate, a share) is not refreshed between its jobs
+        self._dirty[key] = self._dirty.get(key, False) or w.task.spec.payload is not None
         w.task = None
         self._tasks.pop(task_id, None)
         self._emit(task_id, kind, **fields)
