@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from accelnet.sched import Decision, JobSpec, Snapshot, Tenant
+from accelnet.sched import Decision, JobSpec, JobState, Snapshot, Tenant
 from accelnet.sched.colocate import PackedAllocation, current_mates
 from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
@@ -87,10 +87,23 @@ def test_a_job_running_whole_stops_at_the_round_to_be_packed() -> None:
     # mid-round: running jobs keep their plans, so a cannot be packed with b yet
     mid = sched.decide(Snapshot.all_ready(TWO_V100, (a_run, b), 50.0))
     assert not mid.preemptions and not mid.starts
-    # the next round stops a, to start the two together; b waits for a's devices
+    # the next round stops a, to start the two together: b places the pair on the V100 a
+    # does not hold, and a joins it there once requeued
     nxt = sched.decide(Snapshot.all_ready(TWO_V100, (a_run, b), 100.0))
     assert [(p.job, p.reason) for p in nxt.preemptions] == [("a", "packs round: packed anew")]
-    assert not nxt.starts and "planned packed with a" in nxt.waiting["b"]
+    assert a_run.placement is not None
+    (free,) = {d for d in TWO_V100.devices} - set(a_run.placement.devices)
+    assert placements(nxt) == {"b": ((free,), 0.5)}
+    b_run = running(b, TWO_V100, nxt, 100.0)
+    # while a is being stopped, nobody else takes the half kept for it
+    d = job("d", 101.0, acc="V100:0.5")
+    policy.alone = ["d"]
+    stopping = replace(a_run, state=JobState.PREEMPTING)
+    mid = sched.decide(Snapshot.all_ready(TWO_V100, (stopping, b_run, d), 101.0))
+    assert "d" not in placements(mid)
+    requeued = replace(a_run, state=JobState.ADMITTED, placement=None)
+    last = sched.decide(Snapshot.all_ready(TWO_V100, (requeued, b_run), 102.0))
+    assert placements(last) == {"a": ((free,), 0.5)}
 
 
 def test_a_new_mate_joins_a_packed_job_whose_partner_left() -> None:
@@ -237,3 +250,82 @@ class HeteroJctLike(RoundPolicy):
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         return {}
+
+
+# -- a pair's devices suit both members (found by review; each failed before the fix) ------
+
+
+def test_a_pair_is_placed_where_both_members_requests_allow() -> None:
+    from accelnet.fabric.build import build_fabric, parse_spec
+
+    spec = {
+        "name": "mem",
+        "switches": [{"name": "leaf", "kind": "leaf"}],
+        "hosts": [
+            {"name": "small", "devices": {"model": "V100", "count": 1, "memory_gb": 16},
+             "nics": "IB-EDR", "network": "leaf"},
+            {"name": "big", "devices": {"model": "V100", "count": 1, "memory_gb": 32},
+             "nics": "IB-EDR", "network": "leaf"},
+        ],
+    }  # fmt: skip
+    fab = build_fabric(parse_spec(spec, "<mem>"))
+    (big,) = {d for d, dev in fab.devices.items() if dev.memory_gb >= 30}
+    sched = RoundScheduler(Packs([("a", "b")]), round_s=100.0, rates=RATES, colocated=pair_rates)
+    a = job("a", 0.0, acc="V100:1")
+    b = replace(job("b", 0.0), spec=JobSpec.model_validate({
+        "name": "b", "run": "x", "checkpointable": True,
+        "resources": {"accelerators": "V100:1", "min_memory_gb": 30},
+    }))  # fmt: skip
+    d = sched.decide(Snapshot.all_ready(fab, (a, b), 0.0))
+    # b asked for 30 GB: the pair goes to the 32 GB V100, not the 16 GB one a alone allows
+    assert placements(d) == {"a": ((big,), 0.5), "b": ((big,), 0.5)}
+
+
+class PacksOn(RoundPolicy):
+    """Packs the pairs it is told to, each on its model."""
+
+    name = "packs-on"
+    packs = True
+
+    def __init__(self, units: list[tuple[tuple[str, str], str]]) -> None:
+        self.units = units
+
+    def allocate(self, ctx: RoundContext) -> Allocation:
+        return PackedAllocation({}, {p: {m: 1.0} for p, m in self.units})
+
+    def order_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+        return list(self.units)
+
+
+def test_a_joiner_never_joins_a_job_that_is_moving_to_another_model() -> None:
+    fab = fabric(("v", "1xV100"), ("k", "1xK80"))
+    rates = rates_of({n: {"V100": 1.0, "K80": 1.0} for n in "acx"})
+    policy = PacksOn([(("a", "x"), "K80")])
+    sched = RoundScheduler(policy, round_s=100.0, rates=rates, colocated=pair_rates)
+    a, x = job("a", 0.0), job("x", 0.0)
+    a_run = running(a, fab, sched.decide(Snapshot.all_ready(fab, (a, x), 0.0)), 0.0)
+    assert a_run.placement is not None and a_run.placement.model == "K80"
+    # x has ended; c (V100 only) arrives; the next round packs a with c on the V100
+    policy.units = [(("a", "c"), "V100")]
+    c = job("c", 50.0, acc="V100:1")
+    d = sched.decide(Snapshot.all_ready(fab, (a_run, c), 100.0))
+    assert [p.job for p in d.preemptions] == ["a"]  # a moves to the V100
+    # c places the pair on the V100 (it used to join a on the K80 a was leaving)
+    assert {s.job: s.placement.model for s in d.starts} == {"c": "V100"}
+
+
+def test_the_half_planned_for_a_joiner_is_kept_for_it() -> None:
+    policy = Packs([("b", "x")])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    b, x = job("b", 0.0, acc="V100:1"), job("x", 0.0, acc="V100:1")
+    b_run = running(b, TWO_V100, sched.decide(Snapshot.all_ready(TWO_V100, (b, x), 0.0)), 0.0)
+    # x has ended; d (half a V100, earlier in the queue) and c (to join b) arrive
+    policy.pairs, policy.alone = [("b", "c")], ["d"]
+    f, c = job("d", 5.0, acc="V100:0.5"), job("c", 6.0, acc="V100:1")
+    d = sched.decide(Snapshot.all_ready(TWO_V100, (b_run, f, c), 10.0))
+    assert b_run.placement is not None
+    # c joins b; d takes the other V100 (it used to take b's free half: c then waited
+    # round after round beside an idle V100)
+    got = placements(d)
+    assert got["c"] == (b_run.placement.devices, 0.5)
+    assert got["d"][0] != b_run.placement.devices

@@ -16,10 +16,14 @@ packs nothing). A job's *mate* is the job it runs packed with now.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
+from accelnet.fabric import DomainLevel
 from accelnet.sched.jobstate import JobState
+from accelnet.sched.request import Request
 from accelnet.sched.snapshot import JobView
 from accelnet.sched.spec import JobSpec
+from accelnet.sched.topology import LEVELS, Topology
 
 Factors = tuple[float, float]
 PairRateFn = Callable[[JobSpec, JobSpec, str, int], Factors | None]
@@ -75,3 +79,30 @@ def current_mates(running: Iterable[JobView]) -> dict[str, str]:
         if len(ids) == 2:
             mates[ids[0]], mates[ids[1]] = ids[1], ids[0]
     return mates
+
+
+def _tighter(a: DomainLevel | None, b: DomainLevel | None) -> DomainLevel | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return a if LEVELS.index(a) <= LEVELS.index(b) else b
+
+
+def pair_request(req: Request, other: Request) -> Request:
+    """The request that places a pair: ``req`` (the placing member's) narrowed to the
+    device classes ``other`` (its mate's) accepts too, within the tighter of their required
+    domains: both run on the devices it gets."""
+    keys = {c.key for c in other.classes}
+    return replace(
+        req,
+        classes=tuple(c for c in req.classes if c.key in keys),
+        required=_tighter(req.required, other.required),
+    )
+
+
+def accepts(req: Request, devices: tuple[str, ...], topo: Topology) -> bool:
+    """Whether ``req`` may run on ``devices`` another job was placed on (to join it): each
+    of a class it accepts, all within its required domain."""
+    keys = {c.key for c in req.classes}
+    if any(topo.class_of[d].key not in keys for d in devices):
+        return False
+    return req.required is None or LEVELS.index(topo.span(devices)) <= LEVELS.index(req.required)

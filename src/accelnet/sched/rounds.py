@@ -47,9 +47,11 @@ from accelnet.sched.colocate import (
     Factors,
     PackedAllocation,
     PairRateFn,
+    accepts,
     current_mates,
     is_packed,
     packable,
+    pair_request,
 )
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
@@ -293,7 +295,8 @@ class RoundScheduler(Scheduler):
                     moved, why = True, f"{self.policy.name} round: packed anew"
                 if moved and job.state is JobState.RUNNING:
                     preemptions.append(Preempt(job.id, "", why))
-        starts = self._starts(queued, running, w, waiting)
+        leaving = frozenset(p.job for p in preemptions)
+        starts = self._starts(queued, running, stopping_views, leaving, w, waiting)
         quotas = any(t.quota for t in w.tenants.values())
         if (
             not preemptive
@@ -361,15 +364,19 @@ class RoundScheduler(Scheduler):
         self,
         queued: Sequence[JobView],
         running: Sequence[JobView],
+        stopping: Sequence[JobView],
+        leaving: frozenset[str],
         w: Walk,
         waiting: dict[str, str],
     ) -> list[Start]:
         """Planned queued jobs onto free devices of their model (the rest wait, why noted);
-        a packed pair onto the same devices (:meth:`_packed`)."""
+        a packed pair onto the same devices, both members' requests met; a job planned to
+        join a running packed job onto the half kept for it (:meth:`_halves`)."""
         starts: list[Start] = []
         started = traffic_hook(self.placement, w.topo, w.running)
-        held = {j.id: j for j in running}
-        reserved: dict[str, Placement] = {}  # a mate's half of devices its pair took
+        held = {j.id: j for j in running if j.id not in leaving}  # not stopped by this decision
+        views = {j.id: j for j in (*running, *stopping, *queued)}
+        reserved = self._halves(held, views, w)
         for job in queued:
             model = self._plan.get(job.id)
             never, req = self.request(job, w.topo)
@@ -382,14 +389,16 @@ class RoundScheduler(Scheduler):
             mine = replace(req, classes=tuple(c for c in req.classes if c.model.name == model))
             mate = self._mate.get(job.id)
             if mate is not None:
-                packed = reserved.pop(job.id, None) or self._packed(mate, held, w)
+                packed = reserved.pop(job.id, None)
                 if packed is not None:
                     starts.append(Start(job.id, packed))
                     continue
-                if mate in held:  # it runs whole, or its devices have no room left
+                if mate in held:  # it runs whole, or elsewhere, or its devices have no room
                     waiting[job.id] = f"planned packed with {mate}: waiting for its devices"
                     continue
                 # its mate is queued (or being stopped): this job places the pair
+                if mate in views:
+                    mine = pair_request(mine, self.request(views[mate], w.topo)[1])
             placed = self.placement.place(mine, w.index)
             if placed is None:
                 waiting[job.id] = f"planned on {model}: {explain(mine, w.index)}"
@@ -402,16 +411,29 @@ class RoundScheduler(Scheduler):
             started(mine, placed)
         return starts
 
-    def _packed(self, mate: str, held: Mapping[str, JobView], w: Walk) -> Placement | None:
-        """Beside its planned mate, if that runs packed with room left on its devices."""
-        other = held.get(mate)
-        if other is None or other.placement is None or not is_packed(other):
-            return None
-        p = other.placement
-        if any(w.index.free_share(d) < PACKED_SHARE - 1e-9 for d in p.devices):
-            return None
-        w.index.take_all(p.devices, PACKED_SHARE)
-        return replace(p, share=PACKED_SHARE)
+    def _halves(self, held: Mapping[str, JobView], views: Mapping[str, JobView],
+                w: Walk) -> dict[str, Placement]:  # fmt: skip
+        """The free half of each running packed job's devices, taken for the job planned to
+        join it there (queued: its placement; being stopped: kept until it requeues) before
+        anyone else is placed, so no other job takes it. Only where the joiner is planned on
+        that model and its request accepts those devices."""
+        out: dict[str, Placement] = {}
+        for host in held.values():
+            mate = self._mate.get(host.id)
+            p = host.placement
+            if mate is None or mate in held or mate not in views or p is None:
+                continue
+            if not is_packed(host) or self._plan.get(mate) != p.model:
+                continue
+            never, req = self.request(views[mate], w.topo)
+            if never is not None or not accepts(req, p.devices, w.topo):
+                continue
+            if any(w.index.free_share(d) < PACKED_SHARE - 1e-9 for d in p.devices):
+                continue
+            w.index.take_all(p.devices, PACKED_SHARE)
+            if views[mate].state is not JobState.PREEMPTING:
+                out[mate] = replace(p, share=PACKED_SHARE)
+        return out
 
     def _why(self, job: JobView, planned: str | None) -> str:
         where = "not planned this round" if planned is None else f"moved to {planned}"
