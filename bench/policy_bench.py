@@ -13,8 +13,10 @@ and the LP policies' solve time at scale.
    ``bench/results/policy_jct_vs_rate.png``.
 3. **LP solve time**: one round's allocation for 5,000 active jobs (Gavel's job types and
    gang-size mix, seeded) on 2,048 GPUs (683 V100 + 683 P100 + 682 K80), median of
-   ``--repeats``, for each LP policy; and ``hetero-jct-packed``'s LP with its pair columns
-   at 500 active jobs (above that its LP solves over classes, without pairs).
+   ``--repeats``, for each LP (hetero-fair, min-makespan, hetero-jct, finish-time-fair,
+   energy; the ``-tail`` variants solve hetero-jct's); and ``hetero-jct-packed``'s LP with
+   its pair columns at 500 active jobs (above that its LP solves over classes, without
+   pairs). ``hetero-fair-packed``'s LP is not timed here.
 
 Every trace and load point also gets the LP lower bound on the average JCT
 (:func:`accelnet.sim.bounds.jct_lp`; 60 s intervals on Gavel's traces, 360 s on the load
