@@ -25,6 +25,9 @@ from accelnet.runtime.store import Store
 from accelnet.sched import Placement
 from accelnet.statemachine import Tracked
 
+RESTART_LET_GO = "holders let go when the controller restarted"
+"""The cause of the device event a restart writes for every device the log may show held."""
+
 
 class _DeviceBook:
     """``states``: every device's tracked state; ``holders``: device -> jobs holding (a
@@ -47,7 +50,11 @@ class _DeviceBook:
 
     def recover(self, devices: Iterable[str], known: Mapping[str, DeviceState], now: float) -> None:
         """After a (re)start: devices the store does not know are discovered READY; those
-        that were allocated, draining or refreshing come back through a refresh."""
+        that were allocated, draining or refreshing come back through a refresh. No job
+        holds a device after a restart (the jobs that ran are requeued or ended): every
+        device the log may show held gets an event saying so (:data:`RESTART_LET_GO`), so
+        an audit replaying the log drops its holders even where no refresh follows (an
+        unhealthy device) or the refresh fails."""
         for dev in devices:
             state = known.get(dev)
             if state is None:
@@ -55,11 +62,14 @@ class _DeviceBook:
                 self.set(dev, DeviceState.READY, now, "discovered")
             elif state in (DeviceState.ALLOCATED, DeviceState.DRAINING, DeviceState.REFRESHING):
                 self.track(dev, Tracked(DeviceState.REFRESHING))
+                self.store.set_device(dev, DeviceState.REFRESHING, now, RESTART_LET_GO)
                 self.refresh(dev)
                 if state is DeviceState.DRAINING and self.states[dev].state is DeviceState.READY:
                     self.set(dev, DeviceState.DRAINED, now, "drained before the restart")
             else:
                 self.track(dev, Tracked(state))
+                if state not in (DeviceState.READY, DeviceState.UNKNOWN):
+                    self.store.set_device(dev, state, now, RESTART_LET_GO)
 
     def track(self, dev: str, rec: Tracked[DeviceState]) -> None:
         """A device's new state, for the controller and the scheduler's session."""

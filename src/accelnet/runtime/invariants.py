@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from accelnet.devices import DeviceState
+from accelnet.runtime.controller_devices import RESTART_LET_GO
 from accelnet.runtime.store import Event, JobRecord, Store
 from accelnet.sched import JobState
 
@@ -145,8 +146,8 @@ def _devices(
                 held.add(jid)
             elif cause.endswith(" released it"):
                 holders[dev].discard(cause.removesuffix(" released it"))
-            elif e.kind == f"device:{DeviceState.READY.value}":
-                holders[dev].clear()  # a ready device holds nothing (after a refresh)
+            elif e.kind == f"device:{DeviceState.READY.value}" or cause == RESTART_LET_GO:
+                holders[dev].clear()  # a ready device holds nothing, nor one after a restart
         elif e.job is not None and e.detail.startswith("requeued: lost when the controller"):
             for held in holders.values():
                 held.discard(e.job)  # the restarted controller refreshes its devices
