@@ -243,3 +243,27 @@ def test_plans_keep_quotas_fill_what_quotas_allow_and_match_the_round_mechanism(
     # the round mechanism (which also checks quotas) makes the very same plan
     if via_ctx:
         assert RoundScheduler(policy)._make_plan(ctx, {}, {}, {}) == (plan, {})
+
+
+# -- fractional shares count by their part (found by review; both failed before the fix) ----
+
+
+def _share_job(name: str, tenant: str, t: float, acc: str) -> JobView:
+    body = {"name": name, "run": "x", "checkpointable": True, "tenant": tenant,
+            "resources": {"accelerators": acc}}  # fmt: skip
+    spec = JobSpec.model_validate(body)
+    return JobView(name, spec, JobState.ADMITTED, t)
+
+
+def test_a_quarter_share_is_charged_a_quarter_against_quota_and_room() -> None:
+    # a may hold 1 T4: four quarter-T4 jobs fit that quota and the one T4 (a whole device
+    # each was charged: only a0 ran)
+    fab = hosts_fabric("drfs", ("t", "1xT4"))
+    jobs = tuple(_share_job(f"a{i}", "a", float(i), "T4:0.25") for i in range(4))
+    tenants = {"a": Tenant("a", quota={"T4": 1})}
+    d = RoundScheduler(Drf(), round_s=100.0).decide(Snapshot.all_ready(fab, jobs, 1.0, tenants))
+    assert sorted(s.job for s in d.starts) == ["a0", "a1", "a2", "a3"], dict(d.waiting)
+    # a quota of half a T4 admits a quarter-T4 job (it was never offered a model)
+    half = {"a": Tenant("a", quota={"T4": 0.5})}
+    d = RoundScheduler(Drf(), round_s=100.0).decide(Snapshot.all_ready(fab, jobs[:1], 1.0, half))
+    assert [s.job for s in d.starts] == ["a0"], dict(d.waiting)

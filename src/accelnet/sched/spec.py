@@ -110,10 +110,15 @@ class AcceleratorRequest(SpecModel):
     def _short_form(cls, value: Any) -> Any:
         return _parse_accelerators(value)
 
+    @field_validator("share")
+    @classmethod
+    def _on_the_grid(cls, share: float) -> float:
+        if abs(share * 100 - round(share * 100)) > 1e-6:
+            raise ValueError(f"share {share:g}: shares come in steps of 0.01")
+        return round(share * 100) / 100  # kept on the grid: 0.999999999 is a whole device
+
     @model_validator(mode="after")
     def _share_of_one(self) -> AcceleratorRequest:
-        if abs(self.share * 100 - round(self.share * 100)) > 1e-6:
-            raise ValueError(f"share {self.share:g}: shares come in steps of 0.01")
         if self.share < 1 and self.count != 1:
             raise ValueError("a fractional share is part of one device: count must be 1")
         return self

@@ -52,7 +52,7 @@ class _Account:
         self.weight = weight
         self.quota = quota
         self.jobs = deque(jobs)
-        self.used: dict[str, int] = {}
+        self.used: dict[str, float] = {}
 
     def share(self, capacity: Mapping[str, int]) -> float:
         """Weighted dominant share: the largest used/capacity over models, over the weight."""
@@ -62,16 +62,16 @@ class _Account:
         )
         return dominant / self.weight
 
-    def allows(self, model: str, need: int) -> bool:
-        """Whether ``need`` more devices of ``model`` stay within the quota (per model and
-        in all)."""
+    def allows(self, model: str, need: float) -> bool:
+        """Whether ``need`` more devices of ``model`` (a share counts by its part) stay
+        within the quota (per model and in all)."""
         for key in (model, _ALL):
             limit = self.quota.get(key)
             if limit is not None and self.used.get(key, 0) + need > limit + 1e-9:
                 return False
         return True
 
-    def charge(self, model: str, need: int) -> None:
+    def charge(self, model: str, need: float) -> None:
         """Count ``need`` devices of ``model`` (and in all) against the tenant."""
         for key in (model, _ALL):
             self.used[key] = self.used.get(key, 0) + need
@@ -94,7 +94,7 @@ class Drf(RoundPolicy):
         """(job, model) pairs by progressive filling of weighted dominant shares; pairs of
         jobs that found no room come last, and no pair exceeds its tenant's quota."""
         accounts = self._accounts(ctx)
-        room = dict(ctx.capacity)
+        room = {m: float(c) for m, c in ctx.capacity.items()}
         heap = [(0.0, name) for name in accounts]
         heapq.heapify(heap)
         out: list[tuple[str, str]] = []
@@ -103,9 +103,9 @@ class Drf(RoundPolicy):
             _, name = heapq.heappop(heap)
             account = accounts[name]
             job = account.jobs.popleft()
-            need = ctx.gang[job.id]
+            need = ctx.holds(job.id)  # devices, a share by its part
             offered = [m for m in _fastest_first(ctx, job) if account.allows(m, need)]
-            fits = next((m for m in offered if room.get(m, 0) >= need), None)
+            fits = next((m for m in offered if room.get(m, 0.0) >= need - 1e-9), None)
             if fits is not None:
                 out += [(job.id, m) for m in offered]
                 room[fits] -= need
@@ -116,7 +116,7 @@ class Drf(RoundPolicy):
                 # rounded so that equal shares reached by different sums tie by name
                 heapq.heappush(heap, (round(account.share(ctx.capacity), 12), name))
         for account, job in unfit:
-            need = ctx.gang[job.id]
+            need = ctx.holds(job.id)
             out += [(job.id, m) for m in _fastest_first(ctx, job) if account.allows(m, need)]
         return out
 
