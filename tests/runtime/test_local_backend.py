@@ -309,3 +309,18 @@ def test_kill_worker_kills_every_lane_and_heartbeats_watch_them_all(tmp_path: Pa
         assert sorted((e.task_id, e.kind) for e in lost) == [
             ("a", TaskEventKind.LOST), ("b", TaskEventKind.LOST)]  # fmt: skip
         assert GPU0 not in b.heartbeats()
+
+
+def test_a_lane_whose_cleaning_failed_is_still_cleaned_before_its_next_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the mark that a lane needs cleaning was dropped before the cleaning: a task refused
+    # because the scratch could not be emptied let the next tenant run in the old scratch
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+        run(b, task("t1", GPU0, tmp_path, None, write_scratch, job="j1"))
+        real = b._empty
+        monkeypatch.setattr(b, "_empty", lambda scratch: f"could not empty {scratch}: fault")
+        ev = run(b, task("t2", GPU0, tmp_path, "true", job="j2"))["t2"]
+        assert ev.kind is TaskEventKind.FAILED and "could not empty" in (ev.error or "")
+        monkeypatch.setattr(b, "_empty", real)  # the fault goes away
+        assert run(b, task("t3", GPU0, tmp_path, None, read_scratch, job="j3"))["t3"].result == []

@@ -169,15 +169,16 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                 break
             lane += 1
         scratch = self._pool.scratch(device, lane)
-        python = self._dirty.pop((device.id, lane), None)
+        python = self._dirty.get((device.id, lane))
         if python is not None:  # it ran a task and the device was not refreshed since
             if w is not None and self._recycles(python):
                 self._pool.stop(w)  # nothing of the last task's Python lives on
                 w = None
             failed = self._empty(scratch)
-            if failed is not None:
+            if failed is not None:  # still to be cleaned before the lane's next task
                 self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
                 return
+            del self._dirty[device.id, lane]
         req: dict[str, Any] = {
             "task_id": task.task_id,
             "command": task.command,
