@@ -10,6 +10,7 @@ node, no dashboard. Each node emulates a different machine (``accelnet.io/emulat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -344,3 +345,33 @@ def test_a_node_removed_mid_job_requeues_it_and_a_node_that_joins_comes_back(
         l4s = [d for d, dev in c.fabric.devices.items() if dev.model.name == "L4"]
         every_l4 = c.submit(quick, accelerators=f"L4:{len(l4s)}")  # both L4 nodes again
         assert sorted(every_l4.result(timeout=60)) == sorted(l4s)
+
+
+def test_an_overtaken_answer_leaves_no_stale_refresh_of_a_shared_device(
+    backend: RayBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a and b share a device; a ends first (the node's refresh is refused: b runs), then b
+    # (refreshed). An agent's answers may overtake each other (two polls are outstanding):
+    # the answer with a's end, handled last, left its refused refresh as the device's, and
+    # the release refresh then failed with "running task b" on an idle device
+    real = backend._on_batch
+    held: list[tuple[Any, Any]] = []
+
+    def reordering(node: Any, batch: Any) -> None:
+        if any(e[0] == "late-a" and e[1] != "started" for e in batch["events"]):
+            held.append((node, batch))
+            return
+        real(node, batch)
+        if held and any(e[0] == "late-b" and e[1] != "started" for e in batch["events"]):
+            real(*held.pop())
+
+    monkeypatch.setattr(backend, "_on_batch", reordering)
+    device, logs = "n1/gpu0", tmp_path / "logs"
+    got = run(
+        backend,
+        dataclasses.replace(task("late-a", device, logs, "sleep 0.5", job="ja"), share=0.5),
+        dataclasses.replace(task("late-b", device, logs, "sleep 2", job="jb"), share=0.5),
+    )
+    assert {e.kind for e in got.values()} == {TaskEventKind.SUCCEEDED} and not held
+    ok, detail = backend.refresh(device)
+    assert ok, detail

@@ -365,9 +365,11 @@ class RayBackend(
             if t is None or t.host != node.host:
                 continue  # news of a task already settled here
             k = TaskEventKind(kind)
-            if fresh is not None and self._busy.get(t.spec.device) == [task_id]:
+            if fresh is not None and not late and self._busy.get(t.spec.device) == [task_id]:
                 # the device was refreshed on its node as its last task ended (a refresh
-                # while another task still runs there says only that)
+                # while another task still runs there says only that; an overtaken answer
+                # may carry a refresh refused for a device-mate that has ended since: the
+                # controller's refresh then asks the node)
                 self._fresh[t.spec.device] = (bool(fresh[0]), str(fresh[1]))
             if k is TaskEventKind.STARTED:
                 info = {**(result or {}), "host": node.host, "node_id": node.node_id}
