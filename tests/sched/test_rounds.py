@@ -387,3 +387,29 @@ def test_no_moves_onto_idle_devices_under_quotas() -> None:
     b_run = running(b, V100_K80, first, 0.0)
     mid = sched.decide(Snapshot.all_ready(V100_K80, (b_run,), 10.0, tenants=tenants))
     assert mid.preemptions == ()
+
+
+# -- shares are planned where they fit, device by device (found by review) ------------------
+
+
+def test_a_share_is_planned_only_where_a_device_has_room_for_it() -> None:
+    # two T4s; three 0.6 shares (shortest first) and a 0.4 share: only two 0.6 shares fit
+    # at once (one per T4), and the 0.4 fits beside either; counted as one pool of 2.0,
+    # the plan took the third 0.6 (0.2 left) and left the 0.4 unplanned
+    fab = fabric(("t", "2xT4"))
+    table = {n: {"T4": 1.0} for n in "abcd"}
+    jobs = (job("a", 0.0, 100.0, "T4:0.6"), job("b", 0.0, 200.0, "T4:0.6"),
+            job("c", 0.0, 300.0, "T4:0.6"), job("d", 0.0, 400.0, "T4:0.4"))  # fmt: skip
+    sched = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table))
+    d = sched.decide(Snapshot.all_ready(fab, jobs, 1.0))
+    assert sorted(s.job for s in d.starts) == ["a", "b", "d"], dict(d.waiting)
+    assert "not planned" in d.waiting["c"]
+    # mid-round, the running shares stay on their devices: a newcomer of 0.4 fits beside
+    # the 0.6 alone on its T4 (a and d share the other one); c still does not fit
+    run = [running(j, fab, d, 1.0) for j in jobs if j.id in ("a", "b", "d")]
+    e = job("e", 2.0, 50.0, "T4:0.4")
+    sched.rates = rates_of({**table, "e": {"T4": 1.0}})
+    nxt = sched.decide(Snapshot.all_ready(fab, (*run, jobs[2], e), 2.0))
+    ((started, placed),) = [(s.job, s.placement) for s in nxt.starts]
+    b_dev = next(j.placement.devices for j in run if j.id == "b" and j.placement)
+    assert started == "e" and placed.devices == b_dev

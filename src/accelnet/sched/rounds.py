@@ -56,6 +56,7 @@ from accelnet.sched.colocate import (
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import explain
+from accelnet.sched.planroom import PlanRoom, used_devices
 from accelnet.sched.scheduler import Scheduler, Walk, canonical_quota, traffic_hook
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
 
@@ -506,19 +507,36 @@ class RoundScheduler(Scheduler):
         halves = halves or {}
         plan: dict[str, str] = {}
         mates: dict[str, str] = {}
-        room: dict[str, float] = {m: float(c) for m, c in ctx.capacity.items()}
+        room = PlanRoom(ctx.capacity)
 
         def quota_part(jid: str, model: str) -> float:
             return PACKED_SHARE if jid in mates or halves.get(jid) == model else 1.0
 
+        def share(jid: str) -> float:
+            return ctx.holds(jid) / ctx.gang[jid]
+
+        # shares that keep running stay on their devices: the room beside them is what it is
+        on_devices: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+        counted: set[str] = set()
+        for job in ctx.jobs:
+            model, p = keep.get(job.id), job.placement
+            if (model is not None and p is not None and p.model == model
+                    and job.state in (JobState.STARTING, JobState.RUNNING)
+                    and share(job.id) < 1):  # fmt: skip
+                on_devices.setdefault(model, []).append((p.devices, share(job.id)))
+                counted.add(job.id)
+        for model, held in on_devices.items():
+            room.hold(model, used_devices(held))
         for jid, model in keep.items():
             if jid in ctx.gang:
                 plan[jid] = model
                 mate = kept_mates.get(jid)
-                part = 1.0
                 if mate is not None and mate in keep and kept_mates.get(mate) == jid:
-                    mates[jid], part = mate, PACKED_SHARE
-                room[model] = room.get(model, 0.0) - ctx.holds(jid) * part
+                    mates[jid] = mate
+                    if mate not in plan:  # a kept pair takes one gang's devices
+                        room.take(model, ctx.gang[jid], 1.0)
+                elif jid not in counted:
+                    room.take(model, ctx.gang[jid], share(jid))
                 quotas.charge(jid, model, quota_part(jid, model))
         for unit, model in self.policy.order_units(ctx, x):
             if any(not ctx.tput.get(j, {}).get(model) for j in unit):
@@ -534,14 +552,14 @@ class RoundScheduler(Scheduler):
             if len(joins) < len(unit):
                 continue
             part = quota_part(unit[0], model) if len(unit) == 1 else PACKED_SHARE
-            need = ctx.holds(unit[0])
-            if room.get(model, 0.0) >= need - 1e-9 and quotas.allows(unit, model, part):
+            count, part_of_one = ctx.gang[unit[0]], share(unit[0])
+            if room.fits(model, count, part_of_one) and quotas.allows(unit, model, part):
                 for jid in unit:
                     plan[jid] = model
                     quotas.charge(jid, model, part)
                 if len(unit) == 2:
                     mates[unit[0]], mates[unit[1]] = unit[1], unit[0]
-                room[model] -= need
+                room.take(model, count, part_of_one)
         return plan, mates
 
 
