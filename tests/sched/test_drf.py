@@ -15,6 +15,7 @@ from accelnet.fabric import Fabric
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Snapshot, Tenant
 from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies.drf import Drf
+from accelnet.sched.roundplan import make_plan
 from accelnet.sched.rounds import RoundContext, RoundScheduler
 from accelnet.sched.scheduler import canonical_quota
 
@@ -50,8 +51,8 @@ def started(d: Decision) -> Counter[tuple[str, str]]:
 
 
 def greedy(ctx: RoundContext, pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """The plan ``RoundScheduler._make_plan`` makes of ``pairs`` on a fresh round, without its
-    own quota check: each job takes the model of its first pair with room for its gang."""
+    """The plan ``make_plan`` makes of ``pairs`` on a fresh round, without its own quota
+    check: each job takes the model of its first pair with room for its gang."""
     room = dict(ctx.capacity)
     plan: dict[str, str] = {}
     for jid, model in pairs:
@@ -242,7 +243,7 @@ def test_plans_keep_quotas_fill_what_quotas_allow_and_match_the_round_mechanism(
             assert not (fits and allowed), (view.id, model)
     # the round mechanism (which also checks quotas) makes the very same plan
     if via_ctx:
-        assert RoundScheduler(policy)._make_plan(ctx, {}, {}, {}) == (plan, {})
+        assert make_plan(ctx, policy.order_units(ctx, {}), {}, {}) == (plan, {})
 
 
 # -- fractional shares count by their part (found by review; both failed before the fix) ----
