@@ -366,7 +366,7 @@ def test_an_overtaken_answer_leaves_no_stale_refresh_of_a_shared_device(
             real(*held.pop())
 
     monkeypatch.setattr(backend, "_on_batch", reordering)
-    device, logs = "n1/gpu0", tmp_path / "logs"
+    device, logs = "n0/gpu0", tmp_path / "logs"  # the head: never removed by a test
     got = run(
         backend,
         dataclasses.replace(task("late-a", device, logs, "sleep 0.5", job="ja"), share=0.5),
