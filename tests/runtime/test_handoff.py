@@ -3,6 +3,7 @@ memory gone with its last task, leftovers of dead backends swept."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def test_shared_memory_goes_with_the_attempts_last_task(tmp_path: Path) -> None:
     area = HandoffArea(tmp_path / "w", base=tmp_path / "shm")
     shm = Path(area.task_env(task(0))["ACCELNET_SHM"])
     area.task_env(task(1))
-    shm.mkdir(parents=True)
+    # made by the backend, private, under a name no one sharing the base can guess
+    assert shm.is_dir() and shm.stat().st_mode & 0o777 == 0o700
     (shm / "hop0.ring").write_bytes(b"x" * 100)
     area.task_ended("j.1.0")
     area.task_ended("j.1.0")  # idempotent
@@ -43,7 +45,7 @@ def test_shared_memory_goes_with_the_attempts_last_task(tmp_path: Path) -> None:
     area.task_ended("j.1.1")
     assert not shm.exists() and area.live_shm() == []
     other = Path(area.task_env(task(0, attempt=2))["ACCELNET_SHM"])
-    other.mkdir(parents=True)
+    assert other.is_dir() and re.fullmatch(r"[0-9a-f]{16}", other.name.rsplit("-", 1)[1])
     area.close()
     assert not other.exists()
 
@@ -52,7 +54,6 @@ def test_a_new_backend_sweeps_what_dead_ones_left(tmp_path: Path) -> None:
     base = tmp_path / "shm"
     live = HandoffArea(tmp_path / "a", base=base)
     mine = Path(live.task_env(task(0))["ACCELNET_SHM"])
-    mine.mkdir()
     crashed = base / "accelnet-99-dead"  # its owner file exists, nobody holds it
     (base / "accelnet-99-dead.owner").touch()
     for folder in (crashed.with_name(crashed.name + "-1"), crashed.with_name(crashed.name + "-7")):
@@ -62,7 +63,7 @@ def test_a_new_backend_sweeps_what_dead_ones_left(tmp_path: Path) -> None:
     unrelated.mkdir()
     other = HandoffArea(tmp_path / "b", base=base)  # sweeps as it starts
     assert sorted(p.name for p in base.iterdir()) == sorted(
-        [mine.name, unrelated.name, f"{mine.name.rsplit('-', 1)[0]}.owner"]
+        [mine.name, unrelated.name, f"{mine.name.rsplit('-', 2)[0]}.owner"]
     )
     assert sweep(base) == []  # the live backend's folder is held
     live.close()
@@ -80,3 +81,21 @@ def test_task_helpers_read_the_environment(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("ACCELNET_INPUT_TILES", str(tmp_path / "in"))
     assert output_dir().is_dir() and shm_dir().is_dir()
     assert input_dirs() == {"tiles": tmp_path / "in"}
+
+
+def test_a_shared_memory_folder_someone_else_could_enter_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # under a shared /dev/shm, a folder another user made (or left open) could be read by
+    # them: the task's helper refuses it rather than write there
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    monkeypatch.setenv("ACCELNET_SHM", str(loose))
+    with pytest.raises(PermissionError, match="not this user's private folder"):
+        shm_dir()
+    loose.chmod(0o700)
+    assert shm_dir() == loose
+    fresh = tmp_path / "fresh"
+    monkeypatch.setenv("ACCELNET_SHM", str(fresh))
+    assert shm_dir() == fresh and fresh.stat().st_mode & 0o777 == 0o700

@@ -134,3 +134,23 @@ def test_a_mapped_tenants_command_and_payload_run_as_its_user(passable: Path) ->
         assert os.getuid() == 0  # the worker (and this process) stayed root
     finally:
         b.close()
+
+
+@needs_root
+def test_a_tenants_shared_memory_folder_is_its_own_and_private(passable: Path) -> None:
+    # the attempt's folder is made by the backend (a random name, 0700) and given to the
+    # task's user: another tenant sharing /dev/shm can neither guess it nor make it first
+    nobody = OsUser.named("nobody")
+    shm = passable / "shm"
+    shm.mkdir()
+    shm.chmod(0o1777)  # like /dev/shm
+    logs = passable / "logs"
+    b = LocalBackend(DEVICES, passable / "work", ManualClock(T0), emulated=True,
+                     shm_base=shm, run_as={"vision": nobody})  # fmt: skip
+    try:
+        cmd = 'stat -c "%u %a" "$ACCELNET_SHM"; echo x > "$ACCELNET_SHM/data" && echo WROTE'
+        t = dataclasses.replace(task("m", GPU0, logs, cmd, job="j1"), tenant="vision", share=0.5)
+        assert run(b, t)["m"].kind is TaskEventKind.SUCCEEDED
+        assert (logs / "m.out").read_text().split("\n")[:2] == [f"{nobody.uid} 700", "WROTE"]
+    finally:
+        b.close()

@@ -132,7 +132,9 @@ class _Ring:
                   "dtype": dtype.str, "stamps": stamps, "meta_bytes": meta_bytes,
                   "stride": stride, "payload_at": payload_at}  # fmt: skip
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # a leftover of ours; never reuse a file someone else made
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, _HEADER_BYTES + slots * stride)
             os.pwrite(fd, json.dumps(layout).encode(), 0)

@@ -9,7 +9,9 @@ never copied.
 
 Within a job: ``ACCELNET_SHM`` names a folder on a memory file system (``/dev/shm`` where
 there is one) private to the job's current attempt, for the shared memory its tasks
-stream data through (:mod:`accelnet.runtime.channel`). The backend removes it when the
+stream data through (:mod:`accelnet.runtime.channel`). The backend makes it (a random name,
+mode 0700, the task's user's) so no one sharing the memory file system can make it first
+and read what the tasks write there. The backend removes it when the
 attempt's last task has ended, however it ended (a killed task cannot clean up after
 itself). Each backend holds a lock on an owner file next to its folders for as long as it
 lives; a backend that starts removes the folders of owners nobody holds any more (a
@@ -27,6 +29,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,10 +76,23 @@ def input_env(alias: str) -> str:
 
 
 def shm_dir() -> Path:
-    """This attempt's shared-memory folder (``ACCELNET_SHM``), created if missing."""
+    """This attempt's shared-memory folder (``ACCELNET_SHM``; the backend makes it, mode
+    0700, the task's user's), created if missing. ``PermissionError`` if it belongs to
+    another user or others may enter it: under a shared ``/dev/shm`` someone else could
+    have made it to read what the task writes there."""
     path = _env_path(SHM_ENV)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _own_private(path)
     return path
+
+
+def _own_private(path: Path) -> None:
+    st = os.lstat(path)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(
+            f"{path} is not this user's private folder (owner uid {st.st_uid}, mode "
+            f"{st.st_mode & 0o777:o}): refusing to use it for shared memory"
+        )
 
 
 # ----- a backend's side ---------------------------------------------------------------------
@@ -169,9 +185,7 @@ class HandoffArea:
                 self.base.mkdir(parents=True, exist_ok=True)
                 self._owner = _claim(self.base / f"{self._stem}{_OWNER_SUFFIX}")
             self._made += 1
-            attempt = self._attempts[key] = _Attempt(
-                self.base / f"{self._stem}-{self._made}", local_world or task.world
-            )
+            attempt = self._attempts[key] = _Attempt(self._new_shm(), local_world or task.world)
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
         env = {OUTPUT_ENV: str(self.output(task.job_id)), SHM_ENV: str(attempt.shm)}
@@ -180,6 +194,20 @@ class HandoffArea:
             for alias, job in task.inputs.items():
                 env[input_env(alias)] = str(self.output(job))
         return env
+
+    def _new_shm(self) -> Path:
+        """A fresh attempt folder, made here (mode 0700, not there before): its name carries
+        a random part, so no one sharing the base can guess it and make it first. If it
+        cannot be made, the task's :func:`shm_dir` makes it and reports why it cannot."""
+        while True:
+            path = self.base / f"{self._stem}-{self._made}-{secrets.token_hex(8)}"
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            except OSError:
+                return path
+            return path
 
     def task_ended(self, task_id: str) -> None:
         """A task registered by :meth:`task_env` has ended (idempotent); when it was its

@@ -47,7 +47,7 @@ from accelnet.runtime.backend import (
     lookup_device,
 )
 from accelnet.runtime.clock import Clock
-from accelnet.runtime.handoff import HandoffArea
+from accelnet.runtime.handoff import SHM_ENV, HandoffArea
 from accelnet.runtime.local_workers import (
     _LIVENESS_CHECK_S,
     _Pool,
@@ -234,6 +234,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         (its working folder) and its job's output folder become the user's."""
         hand_over(scratch, user, self._workdir)
         hand_over(self._handoff.output(task.job_id), user, self._workdir)
+        shm = Path(req["env"][SHM_ENV])
+        if shm.is_dir() and not shm.is_symlink():  # the attempt's, made 0700 by the backend
+            os.chown(shm, user.uid, user.gid)
         req["user"], req["cwd"] = user.to_wire(), str(scratch)
         req["env"] = {**task_identity(user, str(scratch)), **req["env"]}
 
