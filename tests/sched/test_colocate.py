@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from accelnet.sched import Decision, JobSpec, JobState, Snapshot, Tenant
+from accelnet.sched import Decision, JobSpec, JobState, JobView, Snapshot, Tenant
 from accelnet.sched.colocate import PackedAllocation, current_mates
 from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
@@ -329,3 +329,39 @@ def test_the_half_planned_for_a_joiner_is_kept_for_it() -> None:
     got = placements(d)
     assert got["c"] == (b_run.placement.devices, 0.5)
     assert got["d"][0] != b_run.placement.devices
+
+
+def test_a_waiting_reason_names_no_other_tenants_job() -> None:
+    from accelnet.fabric.build import build_fabric, parse_spec
+
+    spec = {
+        "name": "mem2",
+        "switches": [{"name": "leaf", "kind": "leaf"}],
+        "hosts": [
+            {"name": "small", "devices": {"model": "V100", "count": 1, "memory_gb": 16},
+             "nics": "IB-EDR", "network": "leaf"},
+            {"name": "big", "devices": {"model": "V100", "count": 1, "memory_gb": 32},
+             "nics": "IB-EDR", "network": "leaf"},
+        ],
+    }  # fmt: skip
+    fab = build_fabric(parse_spec(spec, "<mem2>"))
+
+    def big(name: str, t: float, tenant: str = "default") -> JobView:
+        body = {"name": name, "run": "x", "checkpointable": True, "tenant": tenant,
+                "resources": {"accelerators": "V100:1", "min_memory_gb": 30}}  # fmt: skip
+        return replace(job(name, t), spec=JobSpec.model_validate(body))
+
+    policy = Packs([], alone=["d"])
+    sched = RoundScheduler(policy, round_s=100.0, rates=RATES, colocated=pair_rates)
+    d = big("d", 0.0)
+    d_run = running(d, fab, sched.decide(Snapshot.all_ready(fab, (d,), 0.0)), 0.0)
+    policy.pairs = [("a", "x")]
+    a, x = job("a", 1.0, acc="V100:1"), job("x", 1.0, acc="V100:1")
+    a_run = running(a, fab, sched.decide(Snapshot.all_ready(fab, (d_run, a, x), 1.0)), 1.0)
+    assert a_run.placement is not None and a_run.placement.devices == ("small/gpu0",)
+    # x has ended; c, another tenant's, is planned beside a but needs 30 GB: it waits, and
+    # its reason does not name a
+    policy.pairs = [("a", "c")]
+    c = big("c", 10.0, tenant="other")
+    out = sched.decide(Snapshot.all_ready(fab, (d_run, a_run, c), 10.0))
+    assert out.waiting["c"] == "planned packed with a job: waiting for its devices"

@@ -396,7 +396,9 @@ class RoundScheduler(Scheduler):
                     starts.append(Start(job.id, packed))
                     continue
                 if mate in held:  # it runs whole, or elsewhere, or its devices have no room
-                    waiting[job.id] = f"planned packed with {mate}: waiting for its devices"
+                    other = views.get(mate)  # another tenant's job is not named to this one
+                    who = mate if other and other.spec.tenant == job.spec.tenant else "a job"
+                    waiting[job.id] = f"planned packed with {who}: waiting for its devices"
                     continue
                 # its mate is queued (or being stopped): this job places the pair
                 if mate in views:
