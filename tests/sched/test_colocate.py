@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Snapshot, Tenant
 from accelnet.sched.colocate import PackedAllocation, current_mates
 from accelnet.sched.policies.hetero_jct import HeteroJct
@@ -254,21 +255,16 @@ class HeteroJctLike(RoundPolicy):
 
 # -- a pair's devices suit both members (found by review; each failed before the fix) ------
 
+SMALL_AND_BIG_V100 = build_fabric(parse_spec({
+    "name": "mem",
+    "switches": [{"name": "leaf", "kind": "leaf"}],
+    "hosts": [{"name": n, "devices": {"model": "V100", "count": 1, "memory_gb": gb},
+               "nics": "IB-EDR", "network": "leaf"} for n, gb in (("small", 16), ("big", 32))],
+}, "<mem>"))  # fmt: skip
+
 
 def test_a_pair_is_placed_where_both_members_requests_allow() -> None:
-    from accelnet.fabric.build import build_fabric, parse_spec
-
-    spec = {
-        "name": "mem",
-        "switches": [{"name": "leaf", "kind": "leaf"}],
-        "hosts": [
-            {"name": "small", "devices": {"model": "V100", "count": 1, "memory_gb": 16},
-             "nics": "IB-EDR", "network": "leaf"},
-            {"name": "big", "devices": {"model": "V100", "count": 1, "memory_gb": 32},
-             "nics": "IB-EDR", "network": "leaf"},
-        ],
-    }  # fmt: skip
-    fab = build_fabric(parse_spec(spec, "<mem>"))
+    fab = SMALL_AND_BIG_V100
     (big,) = {d for d, dev in fab.devices.items() if dev.memory_gb >= 30}
     sched = RoundScheduler(Packs([("a", "b")]), round_s=100.0, rates=RATES, colocated=pair_rates)
     a = job("a", 0.0, acc="V100:1")
@@ -332,19 +328,7 @@ def test_the_half_planned_for_a_joiner_is_kept_for_it() -> None:
 
 
 def test_a_waiting_reason_names_no_other_tenants_job() -> None:
-    from accelnet.fabric.build import build_fabric, parse_spec
-
-    spec = {
-        "name": "mem2",
-        "switches": [{"name": "leaf", "kind": "leaf"}],
-        "hosts": [
-            {"name": "small", "devices": {"model": "V100", "count": 1, "memory_gb": 16},
-             "nics": "IB-EDR", "network": "leaf"},
-            {"name": "big", "devices": {"model": "V100", "count": 1, "memory_gb": 32},
-             "nics": "IB-EDR", "network": "leaf"},
-        ],
-    }  # fmt: skip
-    fab = build_fabric(parse_spec(spec, "<mem2>"))
+    fab = SMALL_AND_BIG_V100
 
     def big(name: str, t: float, tenant: str = "default") -> JobView:
         body = {"name": name, "run": "x", "checkpointable": True, "tenant": tenant,
