@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelnet.sched.planroom import PlanRoom, used_devices
+from accelnet.sched.planroom import PlanRoom
 
 
 def test_shares_go_best_fit_and_gangs_need_wholly_free_devices() -> None:
@@ -25,6 +25,6 @@ def test_shares_go_best_fit_and_gangs_need_wholly_free_devices() -> None:
 
 def test_running_shares_hold_the_devices_they_are_on() -> None:
     room = PlanRoom({"T4": 3})
-    room.hold("T4", used_devices([(("t/gpu0",), 0.6), (("t/gpu0",), 0.4), (("t/gpu1",), 0.5)]))
+    room.hold("T4", [(("t/gpu0",), 0.6), (("t/gpu0",), 0.4), (("t/gpu1",), 0.5)])
     assert room.whole["T4"] == 1 and room.parts["T4"] == [0.5]
     assert room.fits("T4", 1, 0.5) and room.fits("T4", 1, 1.0) and not room.fits("T4", 2, 1.0)

@@ -206,7 +206,7 @@ class HandoffArea:
             except FileExistsError:
                 continue
             except OSError:
-                return path
+                pass  # the task's shm_dir() makes it, or says why it cannot
             return path
 
     def task_ended(self, task_id: str) -> None:

@@ -82,9 +82,7 @@ def current_mates(running: Iterable[JobView]) -> dict[str, str]:
 
 
 def _tighter(a: DomainLevel | None, b: DomainLevel | None) -> DomainLevel | None:
-    if a is None or b is None:
-        return b if a is None else a
-    return a if LEVELS.index(a) <= LEVELS.index(b) else b
+    return min((lv for lv in (a, b) if lv is not None), key=LEVELS.index, default=None)
 
 
 def pair_request(req: Request, other: Request) -> Request:

@@ -22,9 +22,13 @@ class PlanRoom:
         self.whole: dict[str, int] = dict(capacity)
         self.parts: dict[str, list[float]] = {m: [] for m in capacity}
 
-    def hold(self, model: str, used: Mapping[str, float]) -> None:
-        """Devices of ``model`` in use now: device -> the share of it held (running jobs
-        that keep their devices)."""
+    def hold(self, model: str, placements: Iterable[tuple[tuple[str, ...], float]]) -> None:
+        """Shares of ``model`` in use now, as (devices, share) placements (running jobs that
+        keep their devices): each device they are on is partly used, by their sum."""
+        used: dict[str, float] = {}
+        for devices, share in placements:
+            for d in devices:
+                used[d] = used.get(d, 0.0) + share
         for share in used.values():
             self._take_whole(model, 1)
             if 1.0 - share > _EPS:
@@ -59,12 +63,3 @@ class PlanRoom:
 
     def _take_whole(self, model: str, count: int) -> None:
         self.whole[model] = self.whole.get(model, 0) - count
-
-
-def used_devices(placements: Iterable[tuple[tuple[str, ...], float]]) -> dict[str, float]:
-    """Device -> share held, over (devices, share) placements."""
-    used: dict[str, float] = {}
-    for devices, share in placements:
-        for d in devices:
-            used[d] = used.get(d, 0.0) + share
-    return used

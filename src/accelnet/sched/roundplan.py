@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from accelnet.sched.colocate import PACKED_SHARE
 from accelnet.sched.jobstate import JobState
-from accelnet.sched.planroom import PlanRoom, used_devices
+from accelnet.sched.planroom import PlanRoom
 from accelnet.sched.scheduler import canonical_quota
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def make_plan(
             on_devices.setdefault(model, []).append((p.devices, share(job.id)))
             counted.add(job.id)
     for model, held in on_devices.items():
-        room.hold(model, used_devices(held))
+        room.hold(model, held)
     for jid, model in keep.items():
         if jid in ctx.gang:
             plan[jid] = model
