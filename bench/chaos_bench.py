@@ -205,9 +205,16 @@ def _start(
     return subprocess.Popen([sys.executable, "-c", script, *args], stdout=log, stderr=log)
 
 
-def _ready_count(work: Path) -> int:
+def _is_ready(work: Path, life: int) -> bool:
+    """Whether controller life ``life`` has said it is ready (a ``"<life> <time>"`` line).
+
+    By life number, not by counting lines: a life killed before it wrote its line (a kill
+    soon after a start) writes none, and counting left the harness one life behind, waiting
+    for a line the current life had already written ("controller life N did not come up")."""
     path = work / "ready.txt"
-    return len(path.read_text().splitlines()) if path.exists() else 0
+    if not path.exists():
+        return False
+    return any(line.split()[:1] == [str(life)] for line in path.read_text().splitlines())
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -276,7 +283,7 @@ def _havoc(
     kills = ["controller"] * cfg.controller_kills + ["worker"] * cfg.worker_kills
     if ray is not None:  # joining Ray takes seconds: the chaos starts once it has joined
         kills += ["node"] * cfg.node_kills
-        while _ready_count(work) == 0:
+        while not _is_ready(work, 0):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"controller life 0 did not come up: see {work}")
             time.sleep(0.005)
@@ -304,7 +311,7 @@ def _havoc(
         report.controller_kills += 1
         life += 1
         proc = _start(work, cfg, life, address)
-        while _ready_count(work) <= life:
+        while not _is_ready(work, life):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"controller life {life} did not come up: see {work}")
             time.sleep(0.005)

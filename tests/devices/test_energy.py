@@ -17,6 +17,7 @@ from accelnet.devices import (
     JobHold,
     model_job_energy,
 )
+from accelnet.devices.energy import _Seg
 from accelnet.sim.throughput import ThroughputModel
 
 
@@ -213,6 +214,20 @@ def histories(draw: st.DrawFn) -> tuple[list[DeviceSample], list[JobHold]]:
         holds.append(JobHold.on(f"j{k}", shares, start, end, tenant=f"t{k % 2}"))
     samples.sort(key=lambda x: x.time)  # interleave the devices in time order
     return samples, holds
+
+
+@pytest.mark.parametrize(
+    ("p0", "p1"), [(0.0, 5e-324), (5e-324, 0.0), (5e-324, 5e-324), (1e308, 1e308), (0.0, 1e308)]
+)
+def test_a_part_of_an_interval_with_extreme_readings_is_finite_and_adds_up(
+    p0: float, p1: float
+) -> None:
+    # Hypothesis found p0=0, p1=5e-324: the guard p0 + p1 > 0 passed and the divisor
+    # (p0 + p1) / 2 underflowed to 0 (ZeroDivisionError).
+    seg = _Seg(t0=0.0, t1=1.0, joules=10.0, p0=p0, p1=p1, measured=True)
+    a, b = seg.part(0.0, 0.5), seg.part(0.5, 1.0)
+    assert math.isfinite(a) and math.isfinite(b) and a >= 0 and b >= 0
+    assert a + b == pytest.approx(10.0)
 
 
 def run(samples: list[DeviceSample], holds: list[JobHold], settle: float | None) -> EnergyMeter:

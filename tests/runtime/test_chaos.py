@@ -33,3 +33,16 @@ def test_chaos_run_keeps_every_invariant_and_loses_no_job(tmp_path: Path) -> Non
     assert sum(report.states.values()) == cfg.jobs
     doomed = sum(1 for j in bench.workload(cfg.jobs, cfg.seed, tmp_path) if j["run"] == "exit 4")
     assert report.states == {"succeeded": cfg.jobs - doomed, "failed": doomed}  # as planned
+
+
+def test_the_harness_waits_for_the_life_it_started_even_if_an_earlier_one_never_said_ready(
+    tmp_path: Path,
+) -> None:
+    # life 0 was killed before its "ready" line; life 1 wrote its own: life 1 is up (the
+    # harness used to count lines and wait for a second one that never came)
+    bench = _bench()
+    assert not bench._is_ready(tmp_path, 0)
+    (tmp_path / "ready.txt").write_text("1 1700000000.0\n")
+    assert bench._is_ready(tmp_path, 1)
+    assert not bench._is_ready(tmp_path, 0) and not bench._is_ready(tmp_path, 2)
+    assert not bench._is_ready(tmp_path, 11)  # by number, not by prefix

@@ -219,9 +219,13 @@ class _Seg:
         if not self.measured or v <= u:
             return 0.0
         p0, p1 = self.p0, self.p1
-        if p0 is not None and p1 is not None and p0 >= 0 and p1 >= 0 and p0 + p1 > 0:
-            mean = p0 + (p1 - p0) * ((u + v) / 2 - self.t0) / dt
-            return self.joules * (v - u) * mean / (dt * (p0 + p1) / 2)
+        if p0 is not None and p1 is not None and p0 >= 0 and p1 >= 0 and max(p0, p1) > 0:
+            # Scaled by the larger reading so that neither the sum nor its half can
+            # underflow (p0=0, p1=5e-324 made the divisor 0) or overflow.
+            top = max(p0, p1)
+            a, b = p0 / top, p1 / top
+            mean = a + (b - a) * ((u + v) / 2 - self.t0) / dt
+            return self.joules * (v - u) * mean / (dt * (a + b) / 2)
         return self.joules * (v - u) / dt
 
 
