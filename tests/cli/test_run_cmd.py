@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +46,134 @@ def test_run_reports_every_job(tmp_path: Path) -> None:
     outs = sorted(Path(pair["logs"]).glob(f"{pair['log_prefix']}.*.out"))
     assert [p.read_text().strip() for p in outs] == ["rank 0 of 2", "rank 1 of 2"]
     assert data["emulated"] is True
+    results = {j["name"]: j["result"] for j in data["jobs"]}
+    assert results == {"hello": None, "pair": None, "bad": None, "mul": 42}
+    assert data["interrupted"] is False and data["unfinished"] == []
+    assert "logs: " in r.stderr  # the report is for people: on stderr, stdout stays JSON
+
+
+REPORTED = """jobs:
+  - {name: chatty, run: 'mkdir -p "$ACCELNET_OUTPUT" && echo made > "$ACCELNET_OUTPUT/made.txt"
+                         && for i in 1 2 3 4 5 6 7; do echo line $i; done'}
+  - {name: mul, entrypoint: {function: "operator:mul", args: [6, 7]}}
+  - {name: bad, run: "echo early >&2; echo broken >&2; exit 4"}
+"""
+
+
+def _blocks(text: str) -> dict[str, list[str]]:
+    """The report's lines per job: a block starts at a line that does not start with a
+    space (the job's name first)."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text[text.index("logs: ") :].splitlines()[1:]:
+        if line and not line.startswith(" "):
+            current = blocks.setdefault(line.split()[0], [])
+        current.append(line)
+    return blocks
+
+
+def test_the_report_says_where_logs_and_outputs_are_with_results_and_output_tails(
+    tmp_path: Path,
+) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(REPORTED)
+    r = runner.invoke(app, ["run", str(jobs), "--out", str(tmp_path / "o"), "--fabric",
+                            "pcie-4xL4"], env={"COLUMNS": "300"})  # fmt: skip
+    assert r.exit_code == 1, r.output  # bad failed
+    logs = re.search(r"^logs: (\S+)", r.stdout, re.M)
+    assert logs and Path(logs[1]).is_dir() and Path(logs[1]) == (tmp_path / "o" / "logs")
+    blocks = _blocks(r.stdout)
+    chatty = blocks["chatty"]
+    assert "succeeded" in chatty[0]
+    output = next(line.split("output: ")[1] for line in chatty if "output: " in line)
+    assert (Path(output) / "made.txt").read_text() == "made\n"
+    shown = re.search(r"stdout \((\S+)\):", chatty[2])
+    assert shown and Path(shown[1]).parent == Path(logs[1])
+    tail = [line.strip() for line in chatty[3:]]
+    assert tail == ["line 3", "line 4", "line 5", "line 6", "line 7"]  # the last lines
+    assert Path(shown[1]).read_text().splitlines()[-5:] == tail  # of its real log
+    assert "result: 42" in blocks["mul"][0] and len(blocks["mul"]) == 1
+    bad = blocks["bad"]
+    assert "failed" in bad[0] and "exited with code 4" in bad[0]
+    err = re.search(r"stderr \((\S+)\):", bad[1])
+    assert err and Path(err[1]).read_text() == "early\nbroken\n"
+    assert [line.strip() for line in bad[2:]] == ["early", "broken"]
+
+
+def test_a_rerun_on_the_store_file_says_what_it_resumed_and_what_was_already_done(
+    tmp_path: Path,
+) -> None:
+    release = tmp_path / "release"
+    ran = tmp_path / "ran.txt"
+    done = "".join(f"  - {{name: {n}, run: 'echo {n} >> {ran}'}}\n" for n in ("c", "d"))
+    held = "".join(
+        f"  - {{name: {n}, run: 'if [ -e {release} ]; then echo {n} >> {ran}; else sleep 600; "
+        "fi'}\n"
+        for n in ("a", "b")
+    )
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text("jobs:\n" + done)
+    second.write_text("jobs:\n" + done + held)
+    db = tmp_path / "s.db"
+    args = ["--out", str(tmp_path / "o"), "--db", str(db), "--fabric", "pcie-4xL4"]
+    env = {"COLUMNS": "300"}
+    r = runner.invoke(app, ["run", str(first), *args], env=env)
+    assert r.exit_code == 0, r.output
+    assert "already finished" not in r.output and "resumed" not in r.output  # all new
+    # a and b cannot finish without the release file: the run gives up with them unfinished
+    r = runner.invoke(app, ["run", str(second), *args, "--timeout", "0"], env=env)
+    assert r.exit_code == 1, r.output
+    said = " ".join(r.stdout.split())
+    assert f"2 jobs already finished in {db} (c, d): not run again; 2 new (a, b)" in said
+    assert f"not finished within 0 s: 2 jobs unfinished (a, b); rerun with --db {db}" in said
+    release.touch()
+    r = runner.invoke(app, ["run", str(second), *args], env=env)
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.stdout.split())
+    assert f"resumed 2 jobs (a, b) from {db}; 2 already finished (c, d): not run again" in said
+    assert sorted(ran.read_text().split()) == ["a", "b", "c", "d"]  # c and d ran once
+    blocks = _blocks(r.stdout)
+    assert "(finished in an earlier run)" in blocks["c"][0]
+    assert "earlier" not in blocks["a"][0] and "succeeded" in blocks["a"][0]
+
+
+def test_ctrl_c_stops_the_run_says_so_and_a_rerun_resumes(tmp_path: Path) -> None:
+    release, started = tmp_path / "release", tmp_path / "started"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n  - {name: quick, run: 'echo quick done'}\n"
+        f"  - {{name: slow, inputs: {{q: quick}},"  # starts once quick has succeeded
+        f" run: 'if [ -e {release} ]; then echo slow resumed; "
+        f"else touch {started}; sleep 600; fi'}}\n"
+    )
+    db = tmp_path / "s.db"
+    args = ["run", str(jobs), "--out", str(tmp_path / "o"), "--db", str(db)]
+    accelnet = Path(sys.executable).with_name("accelnet")
+    proc = subprocess.Popen([str(accelnet), *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # generous: a loaded machine starts slowly
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), f"slow never started: {proc.poll()=}"
+        os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert out.strip().splitlines()[0].strip() == "interrupted: 1 job unfinished"  # the title
+    said = " ".join(out.split())
+    assert f"interrupted: 1 job unfinished (slow); rerun with --db {db} to resume" in said
+    assert _blocks(out)["slow"][0].endswith("(unfinished)")  # running, or still starting
+    release.touch()
+    r = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.stdout.split())
+    assert f"resumed 1 job (slow) from {db}; 1 already finished (quick): not run again" in said
+    assert "slow resumed" in said
 
 
 def test_run_rejects_a_job_the_fabric_cannot_run(tmp_path: Path) -> None:

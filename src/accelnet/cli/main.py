@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 
 from accelnet.cli import client_cmd
@@ -24,6 +27,34 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if not wanted:
+        return
+    try:
+        found = version("accelnet")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        found = "unknown (not installed)"
+    typer.echo(f"accelnet {found}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="print accelnet's version and exit",
+        ),
+    ] = False,
+) -> None:
+    """Run work on a network of heterogeneous accelerators."""
+
+
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(job_app, name="job")
 app.add_typer(comm_app, name="comm")
