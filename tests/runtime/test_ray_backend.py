@@ -372,6 +372,25 @@ def test_an_overtaken_answer_leaves_no_stale_refresh_of_a_shared_device(
         dataclasses.replace(task("late-a", device, logs, "sleep 0.5", job="ja"), share=0.5),
         dataclasses.replace(task("late-b", device, logs, "sleep 2", job="jb"), share=0.5),
     )
-    assert {e.kind for e in got.values()} == {TaskEventKind.SUCCEEDED} and not held
+    ends = {t: (e.kind.value, e.error) for t, e in got.items()}
+    assert {e.kind for e in got.values()} == {TaskEventKind.SUCCEEDED}, ends
+    assert not held
     ok, detail = backend.refresh(device)
     assert ok, detail
+
+
+def test_a_driver_that_did_not_poll_for_a_while_does_not_take_its_nodes_for_gone(
+    cluster: Any, tmp_path: Path
+) -> None:
+    # the module's backend sat unpolled while other tests ran (longer than node_timeout_s
+    # on a loaded machine): its next poll looked for silent agents before reading their
+    # answers, already waiting in Ray, and took every node for gone (its tasks LOST)
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5, node_timeout_s=1.0)
+    with options.connect(None, tmp_path / "work", ManualClock(T0)) as b:
+        b.poll(0.2)  # the agents are being polled
+        threading.Event().wait(3.0)  # nobody reads their answers for 3x node_timeout_s
+        ev = run(b, task("after-a-pause", "n0/gpu0", tmp_path / "logs", "true"))
+        assert (ev["after-a-pause"].kind, ev["after-a-pause"].error) == (
+            TaskEventKind.SUCCEEDED, None
+        )  # fmt: skip
+        assert set(b.hosts().values()) == {True}, b.notes

@@ -386,10 +386,18 @@ class RayBackend(
     # ----- the loop ---------------------------------------------------------------------
     def _turn(self, wait_s: float) -> None:
         """Send the launches of the last turn; handle what Ray has ready, waiting up to
-        ``wait_s`` for the first thing."""
+        ``wait_s`` for the first thing; then look for silent agents and dead nodes.
+
+        The look comes after the answers are handled: an agent is silent only if its
+        answer has not arrived, not if this driver has not read it. When the caller had
+        not polled for longer than ``node_timeout_s`` (a busy or loaded driver), looking
+        first took every node whose answer sat ready in Ray for gone, and LOST its tasks."""
         self._courier.flush()
+        self._handle_ready(wait_s)
         if time.monotonic() - self._checked >= _CHECK_S:
             self._check()
+
+    def _handle_ready(self, wait_s: float) -> None:
         refs = list(self._waiting)
         if not refs:
             if wait_s > 0:
