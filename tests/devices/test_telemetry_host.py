@@ -89,7 +89,7 @@ def test_host_sampling_is_cheap() -> None:
         p.poll(float(t))
     (cost,) = p.costs()
     assert cost.device_samples == 50 * len(s.devices())
-    assert cost.per_device_sample_s < 0.01  # typically tens of microseconds
+    assert cost.per_device_sample_s < 0.5  # typically tens of microseconds; loose: no timing pin
 
 
 # ----- layout, sensors and RAPL on recorded trees -------------------------------------------

@@ -367,7 +367,7 @@ def test_sampling_cost_per_device_is_measured() -> None:
         poller.poll(float(t))
     (cost,) = poller.costs()
     assert (cost.sampler, cost.rounds, cost.device_samples) == ("NvmlSampler", 20, 160)
-    assert 0 < cost.per_device_sample_s < 0.01  # the fake: tens of microseconds
+    assert 0 < cost.per_device_sample_s < 0.5  # tens of µs; loose: no timing pin
     assert cost.per_device_per_s(1.0) == cost.per_device_sample_s
 
 

@@ -463,13 +463,13 @@ class BackendContract:
         started(b, "x")
         t0 = time.monotonic()
         assert b.poll(0.1) == []
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 10  # not until the task ends (100 s)
         wake = getattr(b, "wakeup", None)
         if wake is not None:
             threading.Timer(0.05, wake).start()
             t0 = time.monotonic()
             assert b.poll(30) == []
-            assert time.monotonic() - t0 < 5.0
+            assert time.monotonic() - t0 < 20  # the wakeup, not the 30 s
         b.cancel("x")
         (ev,) = until(b, bool)
         assert (ev.task_id, ev.kind) == ("x", TaskEventKind.CANCELLED)

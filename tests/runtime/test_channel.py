@@ -82,7 +82,7 @@ def test_a_peer_waiting_for_a_failed_stage_stops_on_the_abort(folder: Path) -> N
     t0 = time.monotonic()
     with pytest.raises(ChannelError, match="aborted: stage decode failed: ValueError: bad camera"):
         rx.get()
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 30  # not the 60 s timeout: the abort woke it
     rx.close()
     tx = RingSender(folder, "other", timeout_s=60)
     with pytest.raises(ChannelError, match="waiting for the reader: the pipeline was aborted"):

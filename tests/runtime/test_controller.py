@@ -87,7 +87,7 @@ def test_cancel_kills_the_process_tree(tmp_path: Path) -> None:
         job.cancel()
         rec = job.wait(timeout=30)
         assert rec.state is JobState.CANCELLED
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while _sleepers(marker):
             assert time.monotonic() < deadline, "a process of the cancelled job survived"
             time.sleep(0.05)

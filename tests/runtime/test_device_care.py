@@ -119,7 +119,7 @@ def test_a_device_failing_mid_job_drains_requeues_and_returns_to_ready(tmp_path:
     assert "probe:pass" in device_events(events, dev, "probe:")
     assert_each_succeeded_once(events, [job.id, *(o.id for o in others)])
     [rec_time] = [r for r in recoveries if r.job == job.id]
-    assert rec_time.elsewhere and rec_time.fault == "fail" and 0 < rec_time.seconds < 10
+    assert rec_time.elsewhere and rec_time.fault == "fail" and rec_time.seconds > 0
 
 
 def test_a_device_that_keeps_failing_goes_offline_until_an_operator_resets_it(
