@@ -292,7 +292,8 @@ class Admission:
         where: str,
     ) -> dict[str, str]:
         """Each input as a job id: an earlier job of this request (by name), or a job of
-        the store the principal may see (by id, or the last of that name)."""
+        the store: by id, one the principal may see; by name, the last of that name of the
+        spec's tenant (another tenant's job, by id or name, is answered as no job at all)."""
         out: dict[str, str] = {}
         earlier = {s.name: jid for s, jid in zip(before, before_ids, strict=True)}
         later = {s.name for s in after}
@@ -311,7 +312,7 @@ class Admission:
             try:
                 rec = store.get(ref)
             except StoreError:
-                rec = store.latest_named(ref)
+                rec = store.latest_named(ref, spec.tenant)
             if rec is None or (not who.admin and rec.spec.tenant != spec.tenant):
                 raise invalid(
                     f"inputs.{alias} = {ref!r}: no job of tenant {spec.tenant} has that id or name",

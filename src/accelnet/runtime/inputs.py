@@ -31,14 +31,15 @@ class Verdict:
 
 def resolve(spec: JobSpec, store: Store) -> Inputs:
     """The spec's inputs as ``(alias, job id)``, sorted by alias: each names a job id, or
-    else the last job submitted with that name. LookupError naming the key and value of
-    an input that names no known job."""
+    else the last job the spec's tenant submitted with that name (names are the tenant's
+    own: another tenant's job of that name is not seen). LookupError naming the key and
+    value of an input that names no known job."""
     found = []
     for alias, ref in sorted(spec.inputs.items()):
         try:
             rec: JobRecord | None = store.get(ref)
         except StoreError:
-            rec = store.latest_named(ref)
+            rec = store.latest_named(ref, spec.tenant)
         if rec is None:
             raise LookupError(f"inputs.{alias} = {ref!r}: no job has that id or name")
         found.append((alias, rec.id))

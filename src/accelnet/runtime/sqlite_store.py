@@ -192,11 +192,13 @@ class SqliteStore(Store):
             raise StoreError(f"no job {job_id!r}")
         return self._record(row)
 
-    def latest_named(self, name: str) -> JobRecord | None:
+    def latest_named(self, name: str, tenant: str | None = None) -> JobRecord | None:
         """See :class:`Store`."""
+        mine = "" if tenant is None else " AND json_extract(spec, '$.tenant') = ?"
+        args = (name,) if tenant is None else (name, tenant)
         with self._lock:
             row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE name=? ORDER BY seq DESC LIMIT 1", (name,)
+                f"SELECT {_COLUMNS} FROM jobs WHERE name=?{mine} ORDER BY seq DESC LIMIT 1", args
             ).fetchone()
         return None if row is None else self._record(row)
 

@@ -118,9 +118,10 @@ class Store(ABC):
     def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
         """Jobs (in the given states), in submission order."""
 
-    def latest_named(self, name: str) -> JobRecord | None:
-        """The job named ``name`` (its spec's name) submitted last, or None."""
-        found = [j for j in self.jobs() if j.spec.name == name]
+    def latest_named(self, name: str, tenant: str | None = None) -> JobRecord | None:
+        """The job named ``name`` (its spec's name) submitted last, of ``tenant`` if given
+        (None: of any tenant), or None."""
+        found = [j for j in self.jobs() if j.spec.name == name and tenant in (None, j.spec.tenant)]
         return found[-1] if found else None
 
     @abstractmethod
@@ -223,7 +224,8 @@ class MemoryStore(Store):
         self._events: list[Event] = []
         self._by_job: dict[str, list[Event]] = {}  # each job's events (events(job) is O(its own))
         self._devices: dict[str, DeviceState] = {}
-        self._named: dict[str, str] = {}  # name -> the id of the last job of that name
+        # (tenant or None, name) -> the id of the last job of that name (None: any tenant's)
+        self._named: dict[tuple[str | None, str], str] = {}
         self._history: dict[str, list[HistoryBucket]] = {}  # device -> buckets by start
         self._idem: dict[tuple[str, str], IdempotencyRecord] = {}  # (tenant, key) -> record
         self._depth = 0  # nesting of atomic()
@@ -234,7 +236,8 @@ class MemoryStore(Store):
             if record.id in self._jobs:
                 raise StoreError(f"job {record.id!r} exists")
             self._jobs[record.id] = record
-            self._named[record.spec.name] = record.id
+            self._named[None, record.spec.name] = record.id
+            self._named[record.spec.tenant, record.spec.name] = record.id
             self._append_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
 
     def get(self, job_id: str) -> JobRecord:
@@ -244,10 +247,10 @@ class MemoryStore(Store):
         except KeyError:
             raise StoreError(f"no job {job_id!r}") from None
 
-    def latest_named(self, name: str) -> JobRecord | None:
+    def latest_named(self, name: str, tenant: str | None = None) -> JobRecord | None:
         """See :class:`Store`."""
         with self._lock:
-            found = self._named.get(name)
+            found = self._named.get((tenant, name))
             return None if found is None else self._jobs[found]
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:

@@ -100,14 +100,7 @@ class Scheduler:
         target = _placement_after(index, victims, req, self.placement)
         _reserve(index, target)  # later jobs in this decision must not take them
         for v in victims:
-            preemptions.append(
-                Preempt(
-                    v.id,
-                    job.id,
-                    f"preempted for {job.id} (priority {job.priority} > {v.priority}), "
-                    f"which {reason}",
-                )
-            )
+            preemptions.append(Preempt(v.id, job.id, preempted_for(v, job, reason)))
         return target
 
     def _forget(self, queued: int, ids: Callable[[], Iterable[str]]) -> None:
@@ -315,7 +308,7 @@ class Scheduler:
             run.nominations[job.id] = self._make_way(
                 job, req, index, victims, reason, run.preemptions
             )
-            run.waiting[job.id] = f"{reason}; preempting {', '.join(v.id for v in victims)}"
+            run.waiting[job.id] = f"{reason}; preempting {victims_named(job, victims)}"
             return None
         run.waiting[job.id] = reason
         return reason
@@ -472,6 +465,26 @@ def merge_shapes(
             heapq.heappop(heap)
         else:
             heapq.heapreplace(heap, (key(nxt), n, nxt, shape, it))
+
+
+def preempted_for(victim: JobView, job: JobView, reason: str) -> str:
+    """Why ``victim`` is stopped for ``job`` (``reason``: why ``job`` did not fit). The
+    text reaches the victim's tenant: ``job``'s id, priority and request are named only
+    when both jobs are the same tenant's."""
+    if victim.spec.tenant != job.spec.tenant:
+        return "preempted for a higher-priority job of another tenant"
+    return f"preempted for {job.id} (priority {job.priority} > {victim.priority}), which {reason}"
+
+
+def victims_named(job: JobView, victims: Sequence[JobView]) -> str:
+    """The jobs ``job`` preempts, for its waiting reason (read by its tenant): those of
+    its own tenant by id, the others only counted."""
+    mine = [v.id for v in victims if v.spec.tenant == job.spec.tenant]
+    others = len(victims) - len(mine)
+    if others:
+        many = f"{others} jobs of other tenants"
+        mine.append("1 job of another tenant" if others == 1 else many)
+    return ", ".join(mine)
 
 
 def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:

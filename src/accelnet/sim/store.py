@@ -43,8 +43,9 @@ class SimStore(MemoryStore):
             if self.forget:
                 with self._lock:
                     del self._jobs[job_id]
-                    if self._named.get(rec.spec.name) == job_id:
-                        del self._named[rec.spec.name]
+                    for key in ((None, rec.spec.name), (rec.spec.tenant, rec.spec.name)):
+                        if self._named.get(key) == job_id:
+                            del self._named[key]
                     self._by_job.pop(job_id, None)
         return rec
 
