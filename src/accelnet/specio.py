@@ -14,10 +14,10 @@ import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Strict, ValidationError
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 MAX_VALUES = 2_000_000  # scalars, lists and mappings after YAML aliases are expanded
@@ -51,6 +51,18 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
     )
+
+
+# Numbers and flags as a user writes them: no coercion from text ("10") or between booleans
+# and numbers (``true`` is not 1); an int is a float, a whole float is not an int.
+StrictInt = Annotated[int, Strict()]
+StrictFloat = Annotated[float, Strict()]
+StrictBool = Annotated[bool, Strict()]
+TYPE_ERRORS = {  # pydantic's error type -> what the field wants (:func:`strict_type_message`)
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "bool_type": "true or false",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +229,22 @@ def validation_issues(
             value = None
         elif isinstance(value, dict):
             value = None  # a problem of the whole entry: the message says which keys
+        elif err["type"] in TYPE_ERRORS:
+            msg = strict_type_message(err["type"], value)
         issues.append(SpecIssue(format_path(kept), msg, value, line_of(node, kept)))
     return issues
+
+
+def strict_type_message(error_type: str, value: Any) -> str:
+    """What a strict number or flag field says of a value of another type (``"10"``,
+    ``true``), for pydantic's ``int_type``, ``float_type`` and ``bool_type`` errors."""
+    wanted = TYPE_ERRORS[error_type]
+    if isinstance(value, str):
+        hint = " (write it without quotes)" if wanted != "true or false" else ""
+        return f"text, not {wanted}{hint}"
+    if isinstance(value, bool):
+        return f"true/false, not {wanted}"
+    return f"not {wanted}"
 
 
 def allowed_keys(root: type[BaseModel], parent: Sequence[str | int]) -> str:

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from accelnet.specio import format_path
+from accelnet.specio import TYPE_ERRORS, format_path, short_repr, strict_type_message
 
 log = logging.getLogger("accelnet.api")
 
@@ -112,6 +112,10 @@ def _validation_error(exc: RequestValidationError) -> ApiError:
     for err in errors[:5]:
         path = field_path(err.get("loc", ()))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") in TYPE_ERRORS:  # ``"weight": true``: say what was given
+            value = err.get("input")
+            path = f"{path} = {short_repr(value)}" if path else short_repr(value)
+            msg = strict_type_message(str(err["type"]), value)
         parts.append(f"{path}: {msg}" if path else msg)
     if first.get("type") == "json_invalid":
         return invalid(f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}")

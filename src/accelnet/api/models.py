@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from accelnet.api.tokens import NAME_PATTERN
 from accelnet.sched.placement import PLACEMENTS
 from accelnet.sched.policies import POLICY_NAMES
+from accelnet.specio import StrictFloat, StrictInt
 
 
 class _In(BaseModel):
@@ -147,7 +148,7 @@ class DeviceOpIn(_In):
     """Optional body of a device operation."""
 
     reason: str | None = Field(None, max_length=256, description="recorded with the change")
-    level: int = Field(1, ge=1, le=2, description="probe level: 1 quick, 2 with stress")
+    level: StrictInt = Field(1, ge=1, le=2, description="probe level: 1 quick, 2 with stress")
 
 
 class DeviceOpOut(DeviceOut):
@@ -178,8 +179,8 @@ class TenantsOut(BaseModel):
 class TenantIn(_In):
     """``PUT /api/v1/tenants/{name}``: what is given changes, the rest stays."""
 
-    weight: float | None = Field(None, gt=0, le=1e6, description="share under fair policies")
-    quota: dict[str, float] | None = Field(
+    weight: StrictFloat | None = Field(None, gt=0, le=1e6, description="share under fair policies")
+    quota: dict[str, StrictFloat] | None = Field(
         None, description="devices per model (catalog name or alias; '*': all models)"
     )
 
@@ -199,7 +200,7 @@ class PolicyIn(_In):
 
     policy: str = Field(json_schema_extra={"enum": list(POLICY_NAMES)})
     placement: str | None = Field(None, json_schema_extra={"enum": list(PLACEMENTS)})
-    round_s: float | None = Field(None, ge=1, le=86400, description="round-based policies")
+    round_s: StrictFloat | None = Field(None, ge=1, le=86400, description="round-based policies")
 
 
 class AuditEntryOut(BaseModel):

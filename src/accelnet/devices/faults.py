@@ -241,6 +241,7 @@ class WorkerFaults:
         self._pid_of = pid_of
         self._throttles: dict[str, _Throttle] = {}
         self._stopped: dict[str, list[int]] = {}
+        self._killed: set[int] = set()  # workers a ``kill`` fault SIGKILLed
 
     def apply(self, inj: Injected) -> str:
         """Start ``inj`` (kill, hang or slow; ``fail`` has nothing to do here)."""
@@ -258,11 +259,20 @@ class WorkerFaults:
         if kind == "kill":
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+            self._killed.add(pid)
             return f"worker pid {pid} SIGKILLed"
         tree = _tree(pid)
         _signal(tree, signal.SIGSTOP)
         self._stopped[dev] = tree
         return f"worker pid {pid} stopped (SIGSTOP, {len(tree)} processes)"
+
+    def killed(self, pid: int) -> bool:
+        """Whether a ``kill`` fault SIGKILLed the worker ``pid`` (each pid answered once):
+        its death is the injected fault's, not its task's."""
+        if pid in self._killed:
+            self._killed.discard(pid)
+            return True
+        return False
 
     def follow(self) -> None:
         """Point each throttle at its device's current worker (a worker recycled since

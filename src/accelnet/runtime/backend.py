@@ -139,12 +139,16 @@ class SupportsHandoff(ABC):
 @dataclass(frozen=True, slots=True)
 class WorkerLoss:
     """A device's worker that died on its own (nobody asked it to stop): when the backend
-    noticed (injected clock), its pid, and how it ended (``killed by SIGKILL``)."""
+    noticed (injected clock), its pid, how it ended (``killed by SIGKILL``) and the task it
+    was running (None: it was idle). A worker that dies running a task is most likely that
+    task's doing (``os._exit``, ``os.abort``, a crash in native code, ``kill -9 $PPID``, the
+    kernel's OOM killer): its task fails, and the device is not to blame for it."""
 
     device: str
     at: float
     pid: int
     how: str
+    task: str | None = None
 
 
 class SupportsWorkers(ABC):

@@ -255,8 +255,20 @@ class DeviceCare(OperatorRequests):
                 flagged.discard(dev)
 
     def _check_losses(self, now: float) -> None:
+        """Workers that died on their own. One that died running a task is the task's doing
+        (a job may end its own process however it likes: ``os._exit``, ``os.abort``, a
+        segfault, ``kill -9 $PPID``): its attempt fails, and the device stays in service;
+        its next worker starts afresh, and the refresh when the device is next free must
+        find it answering. An idle worker that dies, or one a ``kill`` fault killed, is the
+        device's: a health finding (``worker_lost``)."""
         assert self._workers is not None
         for loss in self._workers.take_losses():
+            injected = self._signals is not None and self._signals.killed(loss.pid)
+            if loss.task is not None and not injected:
+                self._store.log(None, now, "worker:lost", f"{loss.device}: worker pid "
+                                f"{loss.pid} {loss.how} while running a task: that task "
+                                "failed; the device stays in service")  # fmt: skip
+                continue
             lost = check_lost(loss.device, loss.at, loss.how, self._checks(loss.device), loss.pid)
             if lost is not None:
                 self._flagged["heartbeat"].add(loss.device)

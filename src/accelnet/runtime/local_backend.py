@@ -508,10 +508,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._tasks.pop(task_id, None)
         self._emit(task_id, kind, **fields)
 
-    def _lose(self, device: str, pid: int, how: str) -> None:
-        """A worker died on its own (noted unless the backend is closed)."""
+    def _lose(self, device: str, pid: int, how: str, task: str | None) -> None:
+        """A worker died on its own, running ``task`` or idle (noted unless the backend is
+        closed)."""
         if not self._closed:
-            self._losses.append(WorkerLoss(device, self._clock.now(), pid, how))
+            self._losses.append(WorkerLoss(device, self._clock.now(), pid, how, task))
 
     def _emit(self, task_id: str, kind: TaskEventKind, **fields: Any) -> None:
         if kind is not TaskEventKind.STARTED:

@@ -76,7 +76,8 @@ class _Pool:
     ``workdir`` holds the workers' logs, spools and the devices' scratch dirs; ``emulated``
     and ``heartbeat_s`` are the backend's. ``finish(w, kind, **fields)`` ends ``w``'s task
     with its terminal event, ``emit(task_id, kind, **fields)`` records an event, ``lose(
-    device, pid, how)`` notes a worker that died on its own.
+    device, pid, how, task)`` notes a worker that died on its own (running ``task``, or
+    idle: None).
     """
 
     def __init__(
@@ -87,7 +88,7 @@ class _Pool:
         heartbeat_s: float | None,
         finish: Callable[..., None],
         emit: Callable[..., None],
-        lose: Callable[[str, int, str], None],
+        lose: Callable[[str, int, str, str | None], None],
     ) -> None:
         self._workdir = workdir
         self._clock = clock
@@ -186,15 +187,18 @@ class _Pool:
                     _worker.move_log(path, self.log_path(spec, stream))
 
     def on_death(self, w: _Worker) -> None:
-        """The worker is gone (EOF, broken pipe or exited): its task is LOST."""
+        """The worker is gone (EOF, broken pipe or exited): its task is LOST. The loss
+        names the task it was running, if any: the one most likely to have ended it (a
+        payload runs in the worker's own process; a command is its child)."""
         if w.dead:
             return
         task = w.task
         code = self.kill(w)
         how = "vanished" if code is None else _worker.describe_exit(code)
-        self._lose(w.device, w.proc.pid, how)
+        self._lose(w.device, w.proc.pid, how, None if task is None else task.spec.task_id)
         if task is not None:
-            error = f"worker of {w.device} (pid {w.proc.pid}) {how}" + self.log_tail(w)
+            error = (f"worker of {w.device} (pid {w.proc.pid}) {how} while it ran this task"
+                     + self.log_tail(w))  # fmt: skip
             self._finish(w, TaskEventKind.LOST, exit_code=code, error=error)
 
     def ping(self, w: _Worker, timeout: float) -> float | None:

@@ -123,7 +123,7 @@ class NodeAgent:
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._ready = threading.Condition()
         self._events: list[tuple[Any, ...]] = []
-        self._losses: list[tuple[str, float, int, str]] = []
+        self._losses: list[tuple[str, float, int, str, str | None]] = []
         self._beats: dict[str, tuple[float, int]] = {}
         self._pids: dict[str, int] = {}
         self._shipped: set[str] = set()  # tasks whose logs travel with their end
@@ -214,9 +214,9 @@ class NodeAgent:
     def events(self, timeout: float) -> dict[str, Any]:
         """What happened since the last call, waiting up to ``timeout`` s for a task
         event: ``events`` (task id, kind, exit code, error, result, shipped logs, and for
-        an end the device's refresh that followed: (ok, detail)),
-        worker ``losses`` (device, age s, pid, how), heartbeat ``beats`` (device -> (age
-        s, pid)), worker ``pids``, and ``seq``, which numbers the answers in the order
+        an end the device's refresh that followed: (ok, detail)), worker ``losses``
+        (device, age s, pid, how, the task it ran or None), heartbeat ``beats`` (device ->
+        (age s, pid)), worker ``pids``, and ``seq``, which numbers the answers in the order
         their events happened (calls may overlap)."""
         with self._ready:
             self._ready.wait_for(lambda: bool(self._events) or self._closing, timeout)
@@ -227,7 +227,8 @@ class NodeAgent:
             losses, self._losses = self._losses, []
             now = self._clock.now()
             beats = {d: (max(0.0, now - at), pid) for d, (at, pid) in self._beats.items()}
-            losses_aged = [(d, max(0.0, now - at), pid, how) for d, at, pid, how in losses]
+            losses_aged = [(d, max(0.0, now - at), pid, how, task)
+                           for d, at, pid, how, task in losses]  # fmt: skip
             return {"seq": self._seq, "events": events, "losses": losses_aged,
                     "beats": beats, "pids": dict(self._pids)}  # fmt: skip
 
@@ -309,7 +310,7 @@ class NodeAgent:
                 out.append((*self._outgoing(ev), fresh))
             with self._ready:
                 self._events += out
-                self._losses += [(x.device, x.at, x.pid, x.how) for x in losses]
+                self._losses += [(x.device, x.at, x.pid, x.how, x.task) for x in losses]
                 self._beats, self._pids = beats, pids
                 if self._events or self._losses:
                     self._ready.notify_all()

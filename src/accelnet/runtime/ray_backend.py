@@ -381,7 +381,8 @@ class RayBackend(
         if not late:
             node.beats = {d: (now - age, pid) for d, (age, pid) in batch["beats"].items()}
             node.pids = dict(batch["pids"])
-        self._losses += [WorkerLoss(d, now - age, pid, how) for d, age, pid, how in batch["losses"]]
+        self._losses += [WorkerLoss(d, now - age, pid, how, task)
+                         for d, age, pid, how, task in batch["losses"]]  # fmt: skip
 
     # ----- the loop ---------------------------------------------------------------------
     def _turn(self, wait_s: float) -> None:

@@ -214,6 +214,9 @@ class Worker:
     # -- tasks ------------------------------------------------------------------------------
 
     def _run(self, req: dict[str, Any]) -> None:
+        """Run one task; whatever goes wrong in starting it (no spool, no shell, a value
+        ``Popen`` refuses: a NUL byte, text that is not UTF-8, a huge environment) fails
+        that task, never this worker, which serves the device's next task."""
         task_id: str = req["task_id"]
         try:
             out, err = self._spool_fd("out"), self._spool_fd("err")
@@ -221,8 +224,13 @@ class Worker:
                 self._run_command(req, out, err)
             else:
                 self._run_payload(req, out, err)
-        except OSError as e:  # before the task started: no spool, or no shell
-            self._finish(req, "failed", error=f"cannot start the task {task_id}: {e}")
+        except Exception as e:  # before the task started (a running one is judged inside)
+            if self.child is not None:  # started after all: take its process group along
+                with contextlib.suppress(Exception):
+                    self.child.kill(0.0)
+                self.child = None
+            why = f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e)
+            self._finish(req, "failed", error=f"cannot start the task {task_id}: {why}")
 
     def _spool_fd(self, stream: str) -> int:
         fd = self.fds.get(stream)
@@ -292,6 +300,10 @@ class Worker:
                         self._finish(req, "cancelled", code, "cancelled")
                         return
             code = child.reap()
+        except BaseException:
+            if child.proc.returncode is None:  # whatever went wrong, the command goes too
+                child.kill(0.0)
+            raise
         finally:
             self.child = None
         if code == 0:

@@ -26,16 +26,71 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from accelnet.fabric.model import DeviceKind, DomainLevel
-from accelnet.specio import SpecModel
+from accelnet.specio import SpecModel, StrictBool, StrictFloat, StrictInt
 
 _NAME = r"^[\w][\w.-]*$"
 _ALIAS = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 MAX_INPUTS = 64
 _FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ANY = "any"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_RUN_BYTES = 64 * 1024  # one argument of exec (the kernel's limit is 128 KiB)
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_ENV_BYTES = 128 * 1024  # every NAME=VALUE of a job's env together
+RESERVED_ENV_PREFIX = "ACCELNET_"  # the runtime's own: the task's identity, folders, inputs
+RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})  # the devices the job was given
+
+
+def _text_for_exec(what: str, value: str) -> str:
+    """Refuse text no process can be given (argv and the environment are C strings of
+    UTF-8): a NUL byte, or a lone surrogate (from a JSON ``\\ud800`` escape)."""
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise ValueError(
+            f"{what} holds a NUL byte (\\x00) at character {nul}: a command or an "
+            "environment variable cannot contain one"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} holds a lone surrogate ({value[e.start]!r} at character {e.start}): "
+            "not text a process can be given"
+        ) from None
+    return value
+
+
+def _env_name(name: str) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError(
+            f"{name!r} is not an environment variable name (letters, digits and _, not "
+            "starting with a digit)"
+        )
+    if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
+        raise ValueError(
+            f"{name} is set by accelnet for every task (ACCELNET_* names the task, its "
+            "folders and inputs; CUDA_VISIBLE_DEVICES the devices it was given): a job "
+            "cannot set it"
+        )
+    return name
+
+
+def _env_value(value: str) -> str:
+    _text_for_exec("the value", value)
+    size = len(value.encode("utf-8"))
+    if size > MAX_ENV_VALUE_BYTES:
+        raise ValueError(
+            f"the value is {size:,} bytes; at most {MAX_ENV_VALUE_BYTES:,} (32 KiB) each: "
+            "pass large data in a file (inputs, or the job's own folder)"
+        )
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, AfterValidator(_env_value)]
 
 
 class TopologyLevel(StrEnum):
@@ -100,8 +155,8 @@ class AcceleratorRequest(SpecModel):
     models: tuple[Annotated[str, Field(min_length=1, max_length=128)], ...] = Field(
         (), description="acceptable device models, in order of preference; empty = any"
     )
-    count: int = Field(1, ge=1, le=65536, description="devices in the gang")
-    share: float = Field(
+    count: StrictInt = Field(1, ge=1, le=65536, description="devices in the gang")
+    share: StrictFloat = Field(
         1.0, ge=0.01, le=1, description="part of one device (with its memory), in 0.01 steps"
     )
 
@@ -139,7 +194,9 @@ class ResourcesSpec(SpecModel):
         description='"H100:8", "any:2", "T4:0.25" or {any_of: [...], count: N}',
     )
     kind: DeviceKind | None = Field(None, description="gpu, tpu, npu, cpu or fpga")
-    min_memory_gb: float | None = Field(None, gt=0, description="memory per device (or share)")
+    min_memory_gb: StrictFloat | None = Field(
+        None, gt=0, description="memory per device (or share)"
+    )
 
 
 class TopologySpec(SpecModel):
@@ -184,13 +241,13 @@ class WorkloadSpec(SpecModel):
     type: str | None = Field(
         None, max_length=128, description="job type, e.g. 'ResNet-50 (batch size 64)'"
     )
-    total_steps: float | None = Field(None, gt=0, description="work to do, in steps")
-    duration_s: float | None = Field(None, gt=0, description="estimated run time, seconds")
-    throughput: dict[str, Annotated[float, Field(gt=0)]] = Field(
+    total_steps: StrictFloat | None = Field(None, gt=0, description="work to do, in steps")
+    duration_s: StrictFloat | None = Field(None, gt=0, description="estimated run time, seconds")
+    throughput: dict[str, Annotated[StrictFloat, Field(gt=0)]] = Field(
         default_factory=dict, description="measured steps/s per device model"
     )
-    bytes_per_step: float | None = Field(None, ge=0, description="communicated per step")
-    colocated: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(
+    bytes_per_step: StrictFloat | None = Field(None, ge=0, description="communicated per step")
+    colocated: dict[str, Annotated[StrictFloat, Field(gt=0, le=1)]] = Field(
         default_factory=dict,
         description="per device model: the fraction of its rate the job keeps while it "
         "shares the devices with one other job (space sharing); models left out: never packed",
@@ -203,12 +260,18 @@ class JobSpec(SpecModel):
 
     name: str = Field(pattern=_NAME, max_length=128, description="job name (never a shell word)")
     tenant: str = Field("default", pattern=_NAME, max_length=64, description="owning tenant")
-    priority: int = Field(0, ge=-1000, le=1000, description="higher runs first")
+    priority: StrictInt = Field(0, ge=-1000, le=1000, description="higher runs first")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     topology: TopologySpec = Field(default_factory=TopologySpec)
-    run: str | None = Field(None, max_length=65536, description="shell command")
+    run: str | None = Field(
+        None, max_length=MAX_RUN_BYTES, description="shell command (not empty; at most 64 KiB)"
+    )
     entrypoint: EntrypointSpec | None = Field(None, description="Python function to call")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="extra environment: NAME: value (no ACCELNET_* or CUDA_VISIBLE_DEVICES; "
+        "values at most 32 KiB each, 128 KiB in all)",
+    )
     inputs: dict[str, Annotated[str, Field(pattern=_NAME, max_length=128)]] = Field(
         default_factory=dict,
         description=(
@@ -218,12 +281,12 @@ class JobSpec(SpecModel):
         ),
     )
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    max_retries: int = Field(0, ge=0, le=100, description="retries after a failure")
-    checkpointable: bool = Field(False, description="may be stopped and resumed")
-    deadline: float | None = Field(
+    max_retries: StrictInt = Field(0, ge=0, le=100, description="retries after a failure")
+    checkpointable: StrictBool = Field(False, description="may be stopped and resumed")
+    deadline: StrictFloat | None = Field(
         None, ge=0, description="finish by: seconds on the scheduler's clock, or ISO time"
     )
-    timeout_s: float | None = Field(None, gt=0, description="kill a task after this long")
+    timeout_s: StrictFloat | None = Field(None, gt=0, description="kill a task after this long")
 
     @field_validator("deadline", mode="before")
     @classmethod
@@ -238,12 +301,31 @@ class JobSpec(SpecModel):
             return (v if v.tzinfo else v.replace(tzinfo=UTC)).timestamp()
         return v
 
+    @field_validator("run")
+    @classmethod
+    def _a_command(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.strip():  # (surrounding spaces are stripped already)
+            raise ValueError("an empty command: give a shell command to run")
+        _text_for_exec("the command", v)
+        size = len(v.encode("utf-8"))
+        if size > MAX_RUN_BYTES:
+            raise ValueError(
+                f"the command is {size:,} bytes in UTF-8; at most {MAX_RUN_BYTES:,} (64 KiB): "
+                "put a long script in a file and run that"
+            )
+        return v
+
     @field_validator("env")
     @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"{key!r} is not an environment variable name")
+    def _env_size(cls, v: dict[str, str]) -> dict[str, str]:
+        size = sum(len(k.encode()) + len(x.encode()) + 2 for k, x in v.items())  # NAME=VALUE\0
+        if size > MAX_ENV_BYTES:
+            raise ValueError(
+                f"{len(v)} variables of {size:,} bytes in all; at most {MAX_ENV_BYTES:,} "
+                "(128 KiB): pass large data in a file"
+            )
         return v
 
     @field_validator("inputs")
