@@ -8,7 +8,6 @@ top-level module: ``bench/`` is on ``sys.path``), whose ``RayChaosCluster`` and
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import re
 import signal
@@ -141,19 +140,14 @@ class RayChaosCluster:
         down_s: tuple[float, float],
         system: Mapping[str, Any] = RAY_SYSTEM,
     ) -> None:
-        from ray.cluster_utils import Cluster
+        from accelnet.runtime.ray_local import new_cluster, node_args
 
-        from accelnet.runtime.ray_local import node_args
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         self._emulate = dict(nodes)
         self._down_s = down_s
         (self.head, emulate), *rest = nodes.items()
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={**node_args(self.head, emulate), "include_dashboard": False,
-                            "_system_config": dict(system)},
-        )  # fmt: skip
+        # on 127.0.0.1, as every node added below (node_args)
+        head = {**node_args(self.head, emulate), "_system_config": dict(system)}
+        self.cluster = new_cluster(head)
         self.nodes: dict[str, Any] = {self.head: self.cluster.head_node}
         try:
             for host, emu in rest:

@@ -316,13 +316,17 @@ def ray_version() -> str | None:
 
 
 def init_ray(cpus: int, local_mode: bool) -> None:
-    """``ray.init`` for one run: a fresh local instance, quiet, no dashboard."""
+    """``ray.init`` for one run: a fresh local instance on 127.0.0.1, quiet, no dashboard."""
     import ray
 
+    from accelnet.runtime.ray_connect import LOOPBACK, keep_loopback
+
+    keep_loopback()  # else Ray takes this machine's network address for the node
     kwargs: dict[str, Any] = {"local_mode": True} if local_mode else {}
     ray.init(
         num_cpus=cpus,
         include_dashboard=False,
+        _node_ip_address=LOOPBACK,
         log_to_driver=False,
         logging_level=logging.ERROR,
         **kwargs,

@@ -4,7 +4,8 @@ A token belongs to one tenant and has one role (:class:`Role`). The secret (32 r
 bytes, hex) is shown once, when the token is created; the table keeps its hash, so a copy
 of the database grants nothing. The id (12 hex digits) is what logs and the audit log name.
 A revoked token stops working at its next request (the table is read on every request, so
-``accelnet token revoke`` in another process takes effect at once).
+``accelnet token revoke`` in another process takes effect at once), and the streams it
+opened end within a second (:mod:`accelnet.api.streams` asks :meth:`Tokens.active`).
 """
 
 from __future__ import annotations
@@ -128,6 +129,12 @@ class Tokens:
             (now, token_id),
         )
         return changed > 0
+
+    def active(self, token_id: str) -> bool:
+        """Whether the token ``token_id`` exists and is not revoked (one indexed read; what
+        an open stream asks again and again, so a revocation ends it)."""
+        rows = self._db.query("SELECT revoked_at FROM api_tokens WHERE id=?", (token_id,))
+        return bool(rows) and rows[0][0] is None
 
     def authenticate(self, text: str) -> Principal | None:
         """The principal of a valid, active token string; None otherwise (malformed,

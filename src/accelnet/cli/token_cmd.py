@@ -2,7 +2,8 @@
 
 Tokens live in the server's SQLite file (``--db``), hashed; ``create`` prints the token
 once, on stdout alone (``TOKEN=$(accelnet token create ...)``), and what it is on stderr.
-A running server sees a new or revoked token at its next request.
+A running server sees a new or revoked token at its next request (and ends the streams a
+revoked token opened within a second).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def revoke(
     token_id: Annotated[str, typer.Argument(help="the token's id (accelnet token list)")],
     db: DbOpt,
 ) -> None:
-    """Revoke a token: it fails from its next request on."""
+    """Revoke a token: it fails from its next request on; its open streams end within a
+    second."""
     api = _open(db)
     try:
         done = Tokens(api).revoke(token_id, time.time())

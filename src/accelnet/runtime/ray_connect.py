@@ -8,11 +8,13 @@ on every live node (a task pinned to it: node affinity, ``soft=False``), and bui
 fabric: one host per node on a leaf switch, or, given a ``fabric`` (a file or preset that
 declares the machines), that fabric, each node claiming the host named by its
 ``accelnet.io/host`` label (or its host name) whose devices it has. Declared hosts with no
-node yet start OFFLINE and come up when their node joins.
+node yet start OFFLINE and come up when their node joins. A cluster on 127.0.0.1 (the
+local one of ``accelnet.runtime.ray_local``) is joined on 127.0.0.1 (:func:`keep_loopback`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 EXTRA_HINT = "pip install 'accelnet[ray]'"
 _GONE_S = 10.0  # a node that failed to describe itself: how long Ray may take to say it died
 NODE_ID_LABEL = "ray.io/node-id"
+LOOPBACK = "127.0.0.1"  # what every node of a local cluster binds and advertises
 
 
 class RayUnavailableError(ImportError):
@@ -57,6 +60,37 @@ def import_ray() -> Any:
             f"the Ray backend needs Ray, which is not installed: {EXTRA_HINT}"
         ) from exc
     return ray
+
+
+def is_loopback_address(address: str) -> bool:
+    """Whether a Ray address (``host:port``, ``[v6]:port``, ``localhost:port``) names a
+    loopback host. ``auto``, ``ray://...`` and other names: False."""
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def keep_loopback() -> None:
+    """Let ``ray.init`` in this process join a cluster on 127.0.0.1 at 127.0.0.1.
+
+    Ray rewrites a loopback address given to ``ray.init`` (``127.0.0.1``, ``localhost``,
+    ``::1``) into this machine's network address, so a driver could not join a cluster
+    that listens on 127.0.0.1 only (ray-project/ray#59110). Ray keeps loopback where it
+    treats the machine as a single-node one (its ``ENABLE_RAY_CLUSTER`` switch, off on
+    macOS and Windows); this turns that switch off in this process: a loopback address
+    is used as given, and a Ray instance that a plain ``ray.init()`` starts here is on
+    127.0.0.1 too. An address naming another host is used as given either way, and a
+    driver advertises the address of the node it joins. Process-wide (Ray's own state,
+    not undone), idempotent, no I/O; RayUnavailableError without Ray."""
+    import_ray()
+    from ray._private import ray_constants  # noqa: PLC0415 (Ray's switch; no public API)
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def pinned(node_id: str) -> Any:
@@ -114,6 +148,8 @@ class RayOptions:
         ray = import_ray()
         owns = not ray.is_initialized()
         if owns:
+            if self.address == "auto" or is_loopback_address(self.address):
+                keep_loopback()  # a cluster on 127.0.0.1 is joined on 127.0.0.1
             try:
                 ray.init(address=self.address, namespace=self.namespace, log_to_driver=False,
                          logging_level="warning")  # fmt: skip
