@@ -7,8 +7,10 @@ Layout of the server's paths (docs/api.md):
 - reserved for what is mounted next to it by :func:`accelnet.api.server.build_app`:
   ``/metrics`` (Prometheus) and the dashboard (``/`` and ``/ui/...``).
 
-Middleware, outermost first: the audit log (so refused calls are audited too), then the
-body size limit. Authentication, rate limit and roles are dependencies of each route.
+Middleware, outermost first: the audit log (so refused calls are audited too), the rate
+of requests without a token per client address, the fair share of each sender (requests
+in progress at once), then the body size limit.
+Authentication, rate limit and roles are dependencies of each route.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from fastapi.openapi.utils import get_openapi
 from accelnet.api.audit import AuditMiddleware
 from accelnet.api.context import ApiContext
 from accelnet.api.errors import install_error_handlers
-from accelnet.api.limits import BodyLimitMiddleware
+from accelnet.api.limits import (
+    AnonymousLimitMiddleware,
+    BodyLimitMiddleware,
+    FairShareMiddleware,
+)
 from accelnet.api.routers import cluster, devices, health, jobs
 from accelnet.sched.spec import job_json_schema
 
@@ -82,6 +88,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
     for r in (jobs.router, devices.router, cluster.router):
         app.include_router(r, prefix=API_PREFIX)
     app.add_middleware(BodyLimitMiddleware, max_bytes=ctx.settings.max_body)
+    app.add_middleware(FairShareMiddleware, limit=ctx.settings.per_sender)
+    app.add_middleware(AnonymousLimitMiddleware, limiter=ctx.anon_limiter)
     app.add_middleware(AuditMiddleware, audit=ctx.audit, clock=ctx.clock)
 
     def openapi() -> dict[str, Any]:

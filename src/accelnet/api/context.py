@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 import anyio
 
 from accelnet.api.admission import Admission
-from accelnet.api.audit import AuditLog
+from accelnet.api.audit import MAX_ROWS, RETENTION_DAYS, AuditLog, RefusalSampler
 from accelnet.api.control import ControlService
 from accelnet.api.db import ApiDb
 from accelnet.api.devices import DeviceService
@@ -41,6 +41,11 @@ class ApiSettings:
     poll_s: float = 0.25  # how often streams look for news
     keepalive_s: float = 15.0  # a comment line on an idle event stream
     policy: str = "fifo"  # the name of the policy the cluster was started with
+    anon_rate: float = 10.0  # requests per second per client address without a valid token
+    anon_burst: int = 100  # such requests at once per address (<= 0 rate: no limit)
+    per_sender: int = 2  # requests of one token (or address) worked on at once (<= 0: any)
+    audit_retention_s: float = RETENTION_DAYS * 86400  # audit entries kept (<= 0: forever)
+    audit_max_rows: int = MAX_ROWS  # audit entries kept at most (<= 0: no bound)
 
 
 @dataclass
@@ -58,6 +63,7 @@ class ApiContext:
     tenants: Tenants
     audit: AuditLog
     limiter: RateLimiter
+    anon_limiter: RateLimiter
     admission: Admission
     jobs: JobService
     devices: DeviceService
@@ -73,7 +79,7 @@ def build_context(
     """Wire the services (reads the tenants, follows the store for quotas)."""
     settings = settings or ApiSettings()
     tenants = Tenants(db)
-    audit = AuditLog(db)
+    audit = AuditLog(db, RefusalSampler(clock))
     admission = Admission(port, tenants, clock, settings.max_batch)
     job_tenants = JobTenants(port)
     return ApiContext(
@@ -85,10 +91,9 @@ def build_context(
         tenants=tenants,
         audit=audit,
         limiter=RateLimiter(settings.rate, settings.burst, clock),
+        anon_limiter=RateLimiter(settings.anon_rate, settings.anon_burst, clock),
         admission=admission,
         jobs=JobService(port, admission, job_tenants),
         devices=DeviceService(port, job_tenants, settings.op_wait_s),
-        control=ControlService(
-            port, tenants, admission, job_tenants, audit, clock, settings.policy
-        ),
+        control=ControlService(port, tenants, admission, audit, clock, settings.policy),
     )

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from accelnet.api.admission import Admission
 from accelnet.api.audit import AuditLog
 from accelnet.api.errors import invalid
-from accelnet.api.jobs import JobTenants
 from accelnet.api.models import (
     AuditEntryOut,
     AuditOut,
@@ -30,7 +29,6 @@ from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Principal
 from accelnet.fabric.catalog import find_device_model
 from accelnet.runtime.clock import Clock
-from accelnet.runtime.store import Event
 from accelnet.sched import JobState
 from accelnet.sched.placement import PLACEMENTS
 from accelnet.sched.policies import POLICY_NAMES, make_scheduler
@@ -64,7 +62,6 @@ class ControlService:
         port: ClusterPort,
         tenants: Tenants,
         admission: Admission,
-        job_tenants: JobTenants,
         audit: AuditLog,
         clock: Clock,
         policy: str,
@@ -72,7 +69,6 @@ class ControlService:
         self.port = port
         self.tenants = tenants
         self.admission = admission
-        self.job_tenants = job_tenants
         self.audit_log = audit
         self.clock = clock
         self._policy = policy_of(policy, port)
@@ -153,29 +149,17 @@ class ControlService:
             return self.policy()
 
     # ----- events ---------------------------------------------------------------------
-    def visible(self, who: Principal, ev: Event) -> EventOut | None:
-        """The event as ``who`` may see it (None: not at all)."""
-        detail = ev.detail
-        if not who.admin:
-            if ev.job is not None:
-                if self.job_tenants.of(ev.job) != who.tenant:
-                    return None
-            else:
-                detail = detail.split(": ", 1)[0]
-        return EventOut(seq=ev.seq, at=ev.at, job=ev.job, kind=ev.kind, detail=detail)
-
     def events(self, who: Principal, since: int, limit: int) -> EventsOut:
         """Cluster events after ``since`` that ``who`` may see, at most ``limit``;
-        ``next`` is the last event looked at (hidden ones included)."""
-        out: list[EventOut] = []
-        last = since
-        for ev in self.port.store.events_since(since):
-            if len(out) >= limit:
-                break
-            last = ev.seq
-            shown = self.visible(who, ev)
-            if shown is not None:
-                out.append(shown)
+        ``next`` is the last event looked at (hidden ones included). Read with
+        :meth:`~accelnet.runtime.store.Store.events_page` (from the store's indexes: the
+        tenant's events and the devices', never the others')."""
+        found, last = self.port.store.events_page(since, limit, None if who.admin else who.tenant)
+        out = [
+            EventOut(seq=ev.seq, at=ev.at, job=ev.job, kind=ev.kind,
+                     detail=ev.detail if who.admin or ev.job else ev.detail.split(": ", 1)[0])
+            for ev in found
+        ]  # fmt: skip
         return EventsOut(events=out, next=last)
 
     # ----- audit ----------------------------------------------------------------------

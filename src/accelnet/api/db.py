@@ -6,6 +6,10 @@ of their own: the tables are prefixed ``api_`` and versioned in ``api_meta``, ap
 store's. WAL mode lets the server and a CLI in another process use the file at once;
 ``synchronous=FULL`` makes a created or revoked token durable when the call returns.
 Without a path the tables live in memory (a server without ``--db``).
+
+Reads (:meth:`ApiDb.query`: the token looked up on every request) go through a second
+connection of their own, which WAL lets read while the first writes: a request's
+authentication never waits for an audit entry being written (and synced) for another.
 """
 
 from __future__ import annotations
@@ -56,8 +60,8 @@ class ApiDbError(RuntimeError):
 
 
 class ApiDb:
-    """One connection to the API tables; thread-safe (one lock), every write committed on
-    return."""
+    """The API tables: one connection that writes, one that reads (a file only);
+    thread-safe (a lock each), every write committed on return."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else None
@@ -78,6 +82,12 @@ class ApiDb:
             row = self._db.execute("SELECT value FROM api_meta WHERE key='version'").fetchone()
         except (sqlite3.Error, OSError) as exc:
             raise ApiDbError(f"{self.path or ':memory:'}: {exc}") from None
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+        if self.path is not None:
+            self._reader = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30.0
+            )
         if row is None:
             self._db.execute(
                 "INSERT OR IGNORE INTO api_meta(key, value) VALUES('version', ?)",
@@ -90,9 +100,12 @@ class ApiDb:
             )
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of a SELECT."""
-        with self._lock:
-            return list(self._db.execute(sql, tuple(args)).fetchall())
+        """Rows of a SELECT (what has been committed: every write here is, on return)."""
+        if self._reader is None:
+            with self._lock:
+                return list(self._db.execute(sql, tuple(args)).fetchall())
+        with self._read_lock:
+            return list(self._reader.execute(sql, tuple(args)).fetchall())
 
     def write(self, sql: str, args: Sequence[Any] = ()) -> int:
         """One write statement, committed; returns the number of rows it changed."""
@@ -121,3 +134,6 @@ class ApiDb:
         """Close the connection (idempotent)."""
         with self._lock, contextlib.suppress(sqlite3.ProgrammingError):
             self._db.close()
+        with self._read_lock, contextlib.suppress(sqlite3.ProgrammingError):
+            if self._reader is not None:
+                self._reader.close()

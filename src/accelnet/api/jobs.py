@@ -2,6 +2,10 @@
 
 Tenant isolation is here: for a non-admin a job of another tenant does not exist (404,
 the very answer an unknown id gets), lists hold its tenant's jobs only.
+
+A page of the list is read with :meth:`~accelnet.runtime.store.Store.jobs_page` (keyset
+paging: the jobs before the cursor's job, from the store's indexes), so it costs the same
+however many jobs are stored; the cursor names the last job of the previous page.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import base64
 import binascii
 import json
 import threading
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +25,12 @@ from accelnet.api.models import EventOut, EventsOut, JobOut, JobsOut
 from accelnet.api.port import ClusterPort
 from accelnet.api.tokens import Principal
 from accelnet.runtime.store import JobRecord, StoreError
-from accelnet.sched import JobState
+from accelnet.sched import JobSpec, JobState
 
 MAX_LIMIT = 500
 MAX_LOG_READ = 16 * 1024 * 1024
 _CACHE = 100_000
+_DUMPED = 2048  # specs whose JSON form is remembered (the store keeps as many decoded)
 
 
 class JobTenants:
@@ -96,19 +103,41 @@ class JobService:
         self.port = port
         self.admission = admission
         self.tenants = tenants
+        # id(spec) -> (the spec, its JSON form): the store hands out the same immutable spec
+        # object for a job read again (its own cache), so a page read again dumps none
+        self._dumped: OrderedDict[int, tuple[JobSpec, dict[str, Any]]] = OrderedDict()
+        self._dumped_lock = threading.Lock()
 
-    def out(self, rec: JobRecord) -> JobOut:
-        """The API's view of a stored job (with why it waits, if it does)."""
+    def spec_json(self, spec: JobSpec) -> dict[str, Any]:
+        """``spec.model_dump(mode="json")``, remembered for the last specs seen."""
+        key = id(spec)
+        with self._dumped_lock:
+            found = self._dumped.get(key)
+            if found is not None and found[0] is spec:
+                self._dumped.move_to_end(key)
+                return found[1]
+        dumped: dict[str, Any] = spec.model_dump(mode="json")
+        with self._dumped_lock:
+            self._dumped[key] = (spec, dumped)  # the spec is kept: its id is not reused
+            if len(self._dumped) > _DUMPED:
+                self._dumped.popitem(last=False)
+        return dumped
+
+    def out(self, rec: JobRecord, reasons: Mapping[str, str | None] | None = None) -> JobOut:
+        """The API's view of a stored job (with why it waits, if it does: from
+        ``reasons``, by job id, if given, else asked of the cluster)."""
         p = rec.placement
-        queued = rec.state in (JobState.PENDING, JobState.ADMITTED)
-        spec: dict[str, Any] = rec.spec.model_dump(mode="json")
+        reason = None
+        if rec.state in (JobState.PENDING, JobState.ADMITTED):
+            reason = self.port.reason(rec.id) if reasons is None else reasons.get(rec.id)
+        spec = self.spec_json(rec.spec)
         return JobOut(
             id=rec.id, name=rec.spec.name, tenant=rec.spec.tenant, state=rec.state.value,
             submitted_at=rec.submitted_at, started_at=rec.started_at,
             finished_at=rec.finished_at, attempts=rec.attempts, failures=rec.failures,
             devices=list(p.devices) if p else [], model=p.model if p else None,
             share=p.share if p else None,
-            reason=self.port.reason(rec.id) if queued else None, error=rec.error,
+            reason=reason, error=rec.error,
             inputs=dict(rec.inputs), spec=spec,
         )  # fmt: skip
 
@@ -141,27 +170,28 @@ class JobService:
         limit: int,
         cursor: str | None,
     ) -> JobsOut:
-        """Jobs newest first, filtered; ``next`` pages on."""
+        """Jobs newest first, filtered; ``next`` pages on (one page: at most ``limit`` + 1
+        jobs read from the store's indexes, whatever the number stored)."""
         states = states_of(state)
         if not who.admin:
             if tenant is not None and tenant != who.tenant:
                 return JobsOut(jobs=[], next=None)
             tenant = who.tenant
-        after = _uncursor(cursor) if cursor else None
-        found = [
-            r
-            for r in reversed(self.port.store.jobs(states))
-            if (tenant is None or r.spec.tenant == tenant) and (name is None or r.spec.name == name)
-        ]
-        start = 0
-        if after is not None:
-            at, jid = after
-            start = next((i + 1 for i, r in enumerate(found) if r.id == jid), -1)
-            if start < 0:  # the cursor's job no longer matches: go by its time
-                start = next((i for i, r in enumerate(found) if r.submitted_at < at), len(found))
-        page = found[start : start + limit]
-        more = start + limit < len(found)
-        return JobsOut(jobs=[self.out(r) for r in page], next=_cursor(page[-1]) if more else None)
+        before = _uncursor(cursor)[1] if cursor else None
+        try:
+            found = self.port.store.jobs_page(
+                limit + 1, tenant=tenant, states=states, name=name, before=before
+            )
+        except StoreError:  # a well-formed cursor naming no job
+            raise invalid("not a cursor this API gave out", "cursor") from None
+        page = found[:limit]
+        queued = [r.id for r in page if r.state in (JobState.PENDING, JobState.ADMITTED)]
+        reasons = self.port.reasons(queued) if queued else {}
+        more = len(found) > limit
+        return JobsOut(
+            jobs=[self.out(r, reasons) for r in page],
+            next=_cursor(page[-1]) if more else None,
+        )
 
     def cancel(self, who: Principal, job_id: str) -> JobOut:
         """Cancel a job; 409 if it has finished."""

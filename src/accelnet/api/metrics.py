@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from accelnet.api.audit import client_address
 from accelnet.api.context import ApiContext
+from accelnet.api.limits import ANON_SPENT, retry_after
 from accelnet.comm import Communicator, CostModel
 from accelnet.comm.contention import CommJob, link_shares
 from accelnet.monitor.source import (
@@ -89,6 +91,15 @@ def mount_metrics(app: FastAPI, ctx: ApiContext, token: str | None = None) -> No
         if token is not None:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                wait = 0.0
+                if not getattr(request.state, ANON_SPENT, False):  # a wrong token: counted
+                    wait = ctx.anon_limiter.take(client_address(request.scope))
+                if wait > 0:
+                    return PlainTextResponse(
+                        "too many requests without the scrape token\n",
+                        status_code=429,
+                        headers={"Retry-After": retry_after(wait)},
+                    )
                 return PlainTextResponse("metrics need the scrape token\n", status_code=401)
         registry = make_registry(source.snapshot())
         return Response(exposition(registry), media_type=CONTENT_TYPE)

@@ -73,6 +73,10 @@ class ClusterPort(Protocol):
         """Why a queued job waits (None if it is not queued)."""
         ...
 
+    def reasons(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+        """:meth:`reason` of each job, asked at once (one wait for the controller)."""
+        ...
+
     def devices(self) -> list[DeviceStatus]:
         """Every device: state, remediation phase, health, jobs, latest sample."""
         ...
@@ -162,6 +166,11 @@ class LocalClusterPort:
     def reason(self, job_id: str) -> str | None:
         """See :class:`ClusterPort`."""
         return self.cluster.reason(job_id)
+
+    def reasons(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+        """See :class:`ClusterPort`: under the cluster's lock, taken once."""
+        with self.cluster._lock:
+            return {j: self.cluster.controller.reason(j) for j in job_ids}
 
     def devices(self) -> list[DeviceStatus]:
         """See :class:`ClusterPort` (from the store when device care is off)."""

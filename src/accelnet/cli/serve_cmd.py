@@ -35,6 +35,21 @@ def serve(
     round_s: Annotated[float, typer.Option(help="round length of round-based policies")] = 360.0,
     rate: Annotated[float, typer.Option(help="requests per second per token (0: no limit)")] = 50.0,
     burst: Annotated[int, typer.Option(help="requests at once per token")] = 100,
+    anon_rate: Annotated[
+        float,
+        typer.Option(
+            help="requests per second per client address without a valid token (0: no limit)"
+        ),
+    ] = 10.0,
+    anon_burst: Annotated[
+        int, typer.Option(help="requests at once per client address without a valid token")
+    ] = 100,
+    audit_retention_days: Annotated[
+        float, typer.Option(help="audit log entries older than this are pruned (0: kept)")
+    ] = 90.0,
+    audit_max_rows: Annotated[
+        int, typer.Option(help="audit log entries kept at most, the newest (0: no bound)")
+    ] = 1_000_000,
     max_body: Annotated[int, typer.Option(help="largest request body, bytes")] = 1 << 20,
     tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM)")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
@@ -70,6 +85,8 @@ def serve(
             backend=backend, ray_address=None if ray is None else ray.address, db=db,
             fabric=fabric, workdir=workdir, host=host, port=port, policy=policy,
             placement=placement, round_s=round_s, rate=rate, burst=burst, max_body=max_body,
+            anon_rate=anon_rate, anon_burst=anon_burst,
+            audit_retention_days=audit_retention_days, audit_max_rows=audit_max_rows,
             tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
             device_policy=device_policy, log_level=log_level, metrics_token=metrics_token,
             run_as=tuple(run_as or ()),

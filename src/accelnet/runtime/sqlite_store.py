@@ -10,11 +10,21 @@ row per tenant and key with the ids of the jobs that request made, written in th
 transaction as those jobs); a file of a newer version raises with a message naming both
 versions. :meth:`SqliteStore.atomic` is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` around
 several writes.
+
+Pages (:meth:`SqliteStore.jobs_page`, :meth:`SqliteStore.events_page`, what the REST API
+lists with) are read from indexes, newest or oldest first from a key, so that a page
+costs the same with ten jobs stored or a million: jobs by tenant (an index on the spec's
+``$.tenant``, kept by SQLite itself), by state and by name; events by the tenant of their
+job (column ``events.tenant``, written with the event). These indexes, and the column,
+are added to a file of this schema version when it is opened, not by a version step: a
+file they are missing from (written by an older accelnet) is complete once opened here,
+and events an older accelnet appends meanwhile get their tenant at the next opening.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import pickle
@@ -60,7 +70,8 @@ CREATE TABLE IF NOT EXISTS events (
     at REAL NOT NULL,
     job TEXT,
     kind TEXT NOT NULL,
-    detail TEXT NOT NULL
+    detail TEXT NOT NULL,
+    tenant TEXT
 );
 CREATE INDEX IF NOT EXISTS events_job ON events(job);
 CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL);
@@ -81,10 +92,24 @@ CREATE TABLE IF NOT EXISTS idempotency (
 );
 CREATE INDEX IF NOT EXISTS idempotency_at ON idempotency(at);
 """
+_TENANT = "json_extract(spec, '$.tenant')"  # a job's tenant (indexed as this expression)
 _INDEXES = (  # after migrations
     "CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, seq);"
     "CREATE INDEX IF NOT EXISTS events_kind ON events(kind, seq);"  # device requests, health
+    # pages of jobs (jobs_page): by tenant; each of tenant, name, both with the state
+    f"CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs({_TENANT}, seq);"
+    f"CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs({_TENANT}, state, seq);"
+    f"CREATE INDEX IF NOT EXISTS jobs_tenant_name_state ON jobs({_TENANT}, name, state, seq);"
+    "CREATE INDEX IF NOT EXISTS jobs_name_state ON jobs(name, state, seq);"
+    "CREATE INDEX IF NOT EXISTS events_tenant ON events(tenant, seq);"  # events_page
 )
+_EVENT_TENANTS = (  # events an older accelnet appended (or a file from before the column)
+    f"UPDATE events SET tenant = (SELECT {_TENANT} FROM jobs WHERE jobs.id = events.job) "
+    "WHERE tenant IS NULL AND job IS NOT NULL"
+)
+_NO_TENANT = "SELECT 1 FROM events WHERE tenant IS NULL AND job IS NOT NULL LIMIT 1"
+_NO_SEQ = 2**63 - 1  # above every seq
+SPEC_CACHE = 2048  # job specs kept decoded (by their JSON text)
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
     "result, error, payload, failures, attained, done, inputs, energy"
@@ -140,6 +165,9 @@ class SqliteStore(Store):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        # specs are immutable: the text of the last ones read -> the spec (a page read
+        # again, a job the controller moves on, costs no validation)
+        self._spec_of = functools.lru_cache(maxsize=SPEC_CACHE)(JobSpec.model_validate_json)
         self._db = sqlite3.connect(
             self.path, check_same_thread=False, isolation_level=None, timeout=30.0
         )
@@ -154,7 +182,16 @@ class SqliteStore(Store):
             )
         elif int(row[0]) != SCHEMA_VERSION:
             self._migrate(int(row[0]))
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(events)")}
+        if "tenant" not in columns:
+            try:
+                self._db.execute("ALTER TABLE events ADD COLUMN tenant TEXT")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
         self._db.executescript(_INDEXES)
+        if self._db.execute(_NO_TENANT).fetchone() is not None:  # write only if need be
+            self._db.execute(_EVENT_TENANTS)
 
     def _migrate(self, version: int) -> None:
         if version > SCHEMA_VERSION or version not in _MIGRATIONS:
@@ -215,6 +252,37 @@ class SqliteStore(Store):
                 ).fetchall()
         return [self._record(r) for r in rows]
 
+    def jobs_page(
+        self,
+        limit: int,
+        *,
+        tenant: str | None = None,
+        states: Iterable[JobState] | None = None,
+        name: str | None = None,
+        before: str | None = None,
+    ) -> list[JobRecord]:
+        """See :class:`Store`: the page's rows are found from at most eight index ranges
+        of at most ``limit`` entries each (:func:`job_page_queries`), then read by key."""
+        wanted = None if states is None else sorted({s.value for s in states})
+        with self._lock:
+            top = None
+            if before is not None:
+                row = self._db.execute("SELECT seq FROM jobs WHERE id=?", (before,)).fetchone()
+                if row is None:
+                    raise StoreError(f"no job {before!r}")
+                top = int(row[0])
+            seqs: list[int] = []
+            for sql, args in job_page_queries(limit, tenant, wanted, name, top):
+                seqs += (r[0] for r in self._db.execute(sql, args))
+            seqs = sorted(set(seqs), reverse=True)[: max(0, limit)]
+            if not seqs:
+                return []
+            marks = ",".join("?" * len(seqs))
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM jobs WHERE seq IN ({marks}) ORDER BY seq DESC", seqs
+            ).fetchall()
+        return [self._record(r) for r in rows]
+
     def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
         with self._tx():
             row = self._row(record)
@@ -249,11 +317,10 @@ class SqliteStore(Store):
             None if r.energy is None else json.dumps(r.energy),
         )
 
-    @staticmethod
-    def _record(row: tuple[Any, ...]) -> JobRecord:
+    def _record(self, row: tuple[Any, ...]) -> JobRecord:
         return JobRecord(
             id=row[0],
-            spec=JobSpec.model_validate_json(row[1]),
+            spec=self._spec_of(row[1]),
             state=JobState(row[2]),
             submitted_at=row[3],
             attempts=row[4],
@@ -274,7 +341,9 @@ class SqliteStore(Store):
     # ----- events -------------------------------------------------------------------
     def _insert_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
         self._db.execute(
-            "INSERT INTO events(at, job, kind, detail) VALUES(?,?,?,?)", (at, job_id, kind, detail)
+            "INSERT INTO events(at, job, kind, detail, tenant) "
+            f"VALUES(?,?,?,?,(SELECT {_TENANT} FROM jobs WHERE id=?))",
+            (at, job_id, kind, detail, job_id),
         )
 
     def _append_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
@@ -305,6 +374,23 @@ class SqliteStore(Store):
         with self._lock:
             rows = self._db.execute(query + " ORDER BY seq", args).fetchall()
         return [Event(*r) for r in rows]
+
+    def events_page(
+        self, since: int, limit: int, tenant: str | None = None
+    ) -> tuple[list[Event], int]:
+        """See :class:`Store`: from the primary key (everyone's events) or from two ranges
+        of index ``events_tenant`` (the tenant's, and those of no job), each of at most
+        ``limit`` rows (:func:`event_page_queries`)."""
+        with self._lock:
+            newest = self._db.execute("SELECT MAX(seq) FROM events").fetchone()[0] or 0
+            found: list[Event] = []
+            for sql, args in event_page_queries(since, limit, tenant, newest):
+                found += (Event(*r) for r in self._db.execute(sql, args))
+        found.sort(key=lambda e: e.seq)
+        if len(found) >= limit:
+            found = found[: max(0, limit)]
+            return found, found[-1].seq if found else since
+        return found, max(since, newest)
 
     # ----- devices ------------------------------------------------------------------
     def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
@@ -408,6 +494,58 @@ class SqliteStore(Store):
         """Close the file (idempotent)."""
         with self._lock, contextlib.suppress(sqlite3.ProgrammingError):
             self._db.close()
+
+
+def job_page_queries(
+    limit: int,
+    tenant: str | None,
+    states: list[str] | None,
+    name: str | None,
+    top: int | None,
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements :meth:`SqliteStore.jobs_page` finds a page's rows with: the ``seq``
+    of at most ``limit`` jobs each, newest first, below ``top`` (None: from the newest).
+    Every one is a search of one index range in the index's own order (no sort, no scan):
+    one statement per wanted state (every state when both ``tenant`` and ``name`` are
+    given without states), else one. Public so that tests can ``EXPLAIN`` them."""
+    conds: list[str] = []
+    args: list[Any] = []
+    if tenant is not None:
+        conds.append(f"{_TENANT} = ?")
+        args.append(tenant)
+    if name is not None:
+        conds.append("name = ?")
+        args.append(name)
+    conds.append("seq < ?")  # always: a search of the index from a key, never a scan
+    args.append(_NO_SEQ if top is None else top)
+    if states is None and tenant is not None and name is not None:
+        states = [s.value for s in JobState]
+    variants: list[tuple[list[str], list[Any]]] = (
+        [([], [])] if states is None else [(["state = ?"], [s]) for s in states]
+    )
+    out = []
+    for extra, values in variants:
+        where = " AND ".join(extra + conds)
+        sql = f"SELECT seq FROM jobs WHERE {where} ORDER BY seq DESC LIMIT ?"
+        out.append((sql, (*values, *args, limit)))
+    return out
+
+
+def event_page_queries(
+    since: int, limit: int, tenant: str | None, newest: int
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements :meth:`SqliteStore.events_page` reads a page with: at most ``limit``
+    events each, oldest first, after ``since`` and up to ``newest``; with a ``tenant``, its
+    jobs' events and the events of no job, from one range of ``events_tenant`` each."""
+    cols = "SELECT seq, at, job, kind, detail FROM events"
+    if tenant is None:
+        return [(f"{cols} WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?", (since, newest, limit))]
+    return [
+        (f"{cols} WHERE tenant = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+         (tenant, since, newest, limit)),
+        (f"{cols} WHERE tenant IS NULL AND seq > ? AND seq <= ? AND job IS NULL "
+         "ORDER BY seq LIMIT ?", (since, newest, limit)),
+    ]  # fmt: skip
 
 
 def _idempotency_of(row: tuple[Any, ...]) -> IdempotencyRecord:

@@ -124,6 +124,61 @@ class Store(ABC):
         found = [j for j in self.jobs() if j.spec.name == name and tenant in (None, j.spec.tenant)]
         return found[-1] if found else None
 
+    def jobs_page(
+        self,
+        limit: int,
+        *,
+        tenant: str | None = None,
+        states: Iterable[JobState] | None = None,
+        name: str | None = None,
+        before: str | None = None,
+    ) -> list[JobRecord]:
+        """At most ``limit`` jobs, newest first (the reverse of submission order), of
+        ``tenant``, in one of ``states``, named ``name`` (None: any), submitted before the
+        job ``before`` (an id: the last job of the previous page; StoreError if there is
+        no such job). What the REST API lists with: the SQLite store reads a page from
+        indexes, in time that does not grow with the jobs stored; this default filters
+        every job."""
+        wanted = None if states is None else set(states)
+        found = self.jobs()
+        if before is not None:
+            at = next((k for k, r in enumerate(found) if r.id == before), None)
+            if at is None:
+                raise StoreError(f"no job {before!r}")
+            found = found[:at]
+        out: list[JobRecord] = []
+        for rec in reversed(found):
+            if len(out) >= limit:
+                break
+            if _matches(rec, tenant, wanted, name):
+                out.append(rec)
+        return out
+
+    def events_page(
+        self, since: int, limit: int, tenant: str | None = None
+    ) -> tuple[list[Event], int]:
+        """At most ``limit`` events after ``since``, oldest first: all of them, or with a
+        ``tenant`` the events of its jobs and the events of no job (devices); and the
+        ``since`` to ask with next (the last event returned if the page is full, else the
+        newest event considered: another tenant's events after it are skipped). The
+        SQLite store reads a page from indexes; this default filters every event after
+        ``since``."""
+        out: list[Event] = []
+        last = since
+        for ev in self.events_since(since):
+            if len(out) >= limit:
+                break
+            last = ev.seq
+            if tenant is None or ev.job is None or self._tenant_of(ev.job) == tenant:
+                out.append(ev)
+        return out, last
+
+    def _tenant_of(self, job_id: str) -> str | None:
+        try:
+            return self.get(job_id).spec.tenant
+        except StoreError:
+            return None
+
     @abstractmethod
     def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
         """Replace the stored job and append the event atomically."""
@@ -229,6 +284,13 @@ class MemoryStore(Store):
         self._history: dict[str, list[HistoryBucket]] = {}  # device -> buckets by start
         self._idem: dict[tuple[str, str], IdempotencyRecord] = {}  # (tenant, key) -> record
         self._depth = 0  # nesting of atomic()
+        # for pages (jobs_page, events_page): the jobs in submission order, each job's
+        # place in it, each tenant's places, each tenant's jobs' events, events of no job
+        self._order: list[str] = []
+        self._pos: dict[str, int] = {}
+        self._tenant_pos: dict[str, list[int]] = {}
+        self._tenant_events: dict[str, list[Event]] = {}
+        self._jobless: list[Event] = []
 
     def add(self, record: JobRecord, cause: str = "submitted") -> None:
         """See :class:`Store`."""
@@ -236,9 +298,23 @@ class MemoryStore(Store):
             if record.id in self._jobs:
                 raise StoreError(f"job {record.id!r} exists")
             self._jobs[record.id] = record
+            self._index_job(record)
             self._named[None, record.spec.name] = record.id
             self._named[record.spec.tenant, record.spec.name] = record.id
             self._append_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
+
+    def _index_job(self, record: JobRecord) -> None:
+        self._pos[record.id] = len(self._order)
+        self._tenant_pos.setdefault(record.spec.tenant, []).append(len(self._order))
+        self._order.append(record.id)
+
+    def _index_event(self, event: Event) -> None:
+        if event.job is None:
+            self._jobless.append(event)
+            return
+        rec = self._jobs.get(event.job)
+        if rec is not None:
+            self._tenant_events.setdefault(rec.spec.tenant, []).append(event)
 
     def get(self, job_id: str) -> JobRecord:
         """See :class:`Store`."""
@@ -259,6 +335,56 @@ class MemoryStore(Store):
         with self._lock:
             return [j for j in self._jobs.values() if wanted is None or j.state in wanted]
 
+    def jobs_page(
+        self,
+        limit: int,
+        *,
+        tenant: str | None = None,
+        states: Iterable[JobState] | None = None,
+        name: str | None = None,
+        before: str | None = None,
+    ) -> list[JobRecord]:
+        """See :class:`Store`: from the tenant's own jobs (or all), newest first, skipping
+        those of other states and names (no index by state or name here)."""
+        wanted = None if states is None else set(states)
+        out: list[JobRecord] = []
+        with self._lock:
+            positions: list[int] | range = (
+                range(len(self._order)) if tenant is None else self._tenant_pos.get(tenant, [])
+            )
+            end = len(positions)
+            if before is not None:
+                if before not in self._pos:
+                    raise StoreError(f"no job {before!r}")
+                end = bisect.bisect_left(positions, self._pos[before])
+            for k in range(end - 1, -1, -1):
+                if len(out) >= limit:
+                    break
+                rec = self._jobs.get(self._order[positions[k]])  # None: forgotten (SimStore)
+                if rec is not None and _matches(rec, tenant, wanted, name):
+                    out.append(rec)
+        return out
+
+    def events_page(
+        self, since: int, limit: int, tenant: str | None = None
+    ) -> tuple[list[Event], int]:
+        """See :class:`Store`: from the tenant's own events and those of no job."""
+        start = max(0, since)
+        with self._lock:
+            newest = len(self._events)
+            if tenant is None:
+                found = self._events[start : start + max(0, limit)]
+            else:
+                found = []
+                for kept in (self._tenant_events.get(tenant, []), self._jobless):
+                    k = bisect.bisect_right(kept, since, key=_event_seq)
+                    found += kept[k : k + max(0, limit)]
+                found.sort(key=_event_seq)
+        if len(found) >= limit:
+            found = found[: max(0, limit)]
+            return found, found[-1].seq if found else since
+        return found, max(since, newest)
+
     def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
         self._jobs[record.id] = record
         if event is not None:
@@ -269,6 +395,7 @@ class MemoryStore(Store):
         self._events.append(event)
         if job_id is not None:
             self._by_job.setdefault(job_id, []).append(event)
+        self._index_event(event)
 
     def events(self, job_id: str | None = None) -> list[Event]:
         """See :class:`Store`."""
@@ -345,9 +472,19 @@ class MemoryStore(Store):
                 for e in self._events:
                     if e.job is not None:
                         self._by_job.setdefault(e.job, []).append(e)
+                self._reindex()
                 raise
             finally:
                 self._depth = 0
+
+    def _reindex(self) -> None:
+        """Rebuild the pages' indexes from the jobs and events (after a rollback)."""
+        self._order, self._pos, self._tenant_pos = [], {}, {}
+        self._tenant_events, self._jobless = {}, []
+        for rec in self._jobs.values():
+            self._index_job(rec)
+        for e in self._events:
+            self._index_event(e)
 
     def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
         """See :class:`Store`."""
@@ -377,6 +514,20 @@ class MemoryStore(Store):
 
 def _bucket_key(b: HistoryBucket) -> tuple[float, float]:
     return (b.start, b.width_s)
+
+
+def _event_seq(e: Event) -> int:
+    return e.seq
+
+
+def _matches(
+    rec: JobRecord, tenant: str | None, states: set[JobState] | None, name: str | None
+) -> bool:
+    return (
+        (tenant is None or rec.spec.tenant == tenant)
+        and (states is None or rec.state in states)
+        and (name is None or rec.spec.name == name)
+    )
 
 
 def count_by_state(store: Store) -> Mapping[JobState, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from accelnet.api.deps import Admin, Ctx, Viewer
 from accelnet.api.models import (
@@ -19,6 +19,7 @@ from accelnet.api.models import (
     TenantsOut,
     WhoAmI,
 )
+from accelnet.api.routers import json_answer
 from accelnet.api.streams import event_stream
 from accelnet.api.tokens import NAME_PATTERN
 from accelnet.fabric.export import fabric_to_json
@@ -99,7 +100,7 @@ def events(
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    return ctx.control.events(who, since, limit)
+    return json_answer(ctx.control.events(who, since, limit))
 
 
 @router.get("/audit", response_model=AuditOut, tags=["audit"])
@@ -108,6 +109,6 @@ def audit(
     who: Admin,
     since: Since = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
-) -> AuditOut:
+) -> Response:
     """Every state-changing call: who (token id, tenant, role), what, how it ended."""
-    return ctx.control.audit(since, limit)
+    return json_answer(ctx.control.audit(since, limit))

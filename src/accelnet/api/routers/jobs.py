@@ -20,6 +20,7 @@ from accelnet.api.models import (
     JobsOut,
     SubmittedOut,
 )
+from accelnet.api.routers import json_answer
 from accelnet.api.streams import follow_log
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERRORS)
@@ -97,9 +98,9 @@ def list_jobs(
     cursor: Annotated[
         str | None, Query(max_length=1024, description="`next` of the previous page")
     ] = None,
-) -> JobsOut:
+) -> Response:
     """Jobs, newest first (a non-admin: its tenant's)."""
-    return ctx.jobs.list(who, state, tenant, name, limit, cursor)
+    return json_answer(ctx.jobs.list(who, state, tenant, name, limit, cursor))
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
@@ -120,9 +121,9 @@ def cancel_job(request: Request, ctx: Ctx, who: User, job_id: JobId) -> JobOut:
 
 
 @router.get("/{job_id}/events", response_model=EventsOut, responses=NOT_FOUND)
-def job_events(ctx: Ctx, who: Viewer, job_id: JobId) -> EventsOut:
+def job_events(ctx: Ctx, who: Viewer, job_id: JobId) -> Response:
     """The job's event log: its transitions with their causes, its tasks' news."""
-    return ctx.jobs.events(who, job_id)
+    return json_answer(ctx.jobs.events(who, job_id))
 
 
 @router.get("/{job_id}/logs", response_class=Response, responses=NOT_FOUND | LOG_TEXT)
