@@ -251,6 +251,7 @@ def one_run(args: argparse.Namespace, mode: str, console: Console) -> dict[str, 
     """One fresh server, one mode: the figures and the checks."""
     with tempfile.TemporaryDirectory(prefix="api-bench-") as tmp:
         tmpdir = Path(tmp)
+        tmpdir.chmod(0o711)  # as root the server runs tasks as tenants' users: they pass it
         tenants = [f"team{i}" for i in range(args.tenants)]
         tokens = [token(tmpdir / "state.db", t, "user") for t in tenants]
         admin = token(tmpdir / "state.db", "ops", "admin")

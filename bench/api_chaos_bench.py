@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -161,13 +163,25 @@ def make_tokens(db: Path, tenants: list[str]) -> tuple[str, list[str]]:
         api.close()
 
 
+def tasks_folder(work: Path) -> Path:
+    """The server's work folder (logs, outputs, scratch): beside ``work`` in the system's
+    temp dir, passable by other users (as root the server runs each tenant's tasks as a user
+    of its own, who must reach its folders; ``work`` may be a private tmp folder); the same
+    for every life of a run."""
+    digest = hashlib.sha256(str(work.resolve()).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"accelnet-api-chaos-{digest}"
+    folder.mkdir(mode=0o711, exist_ok=True)
+    folder.chmod(0o711)
+    return folder
+
+
 class ServerProcess:
     """``accelnet serve`` on a fixed port and database; one instance per life."""
 
     def __init__(self, work: Path, port: int, cfg: ApiChaosConfig, life: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
         cmd = [*accelnet_cmd(), "serve", "--port", str(port), "--db", str(work / "state.db"),
-               "--workdir", str(work / "work"), "--fabric", cfg.fabric, "--rate", "0",
+               "--workdir", str(tasks_folder(work)), "--fabric", cfg.fabric, "--rate", "0",
                "--log-level", "warning"]  # fmt: skip
         err = (work / f"serve.{life}.err").open("wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -320,6 +334,7 @@ def run_api_chaos(cfg: ApiChaosConfig, work: Path, progress: bool = False) -> Ap
             report.downtime_s.append(nxt - k)
     audit(work / "state.db", clients.acks, report)
     report.wall_s = time.monotonic() - t0
+    shutil.rmtree(tasks_folder(work), ignore_errors=True)
     return report
 
 

@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     entries = repo_entries(ROOT)
     scratch = Path(tempfile.mkdtemp(prefix="readme-doctest-"))
+    scratch.chmod(0o711)  # `accelnet serve` as root runs tasks as tenants' users: they pass it
     lock = threading.Lock()
     start = time.monotonic()
     print(

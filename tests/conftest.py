@@ -18,3 +18,13 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile("accelnet")
+
+
+def pytest_sessionfinish() -> None:
+    """Remove the folders the spawned servers of this session kept their state in."""
+    import shutil
+
+    from tests.api.conftest import SERVED
+
+    for folder in SERVED:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -3,12 +3,14 @@ its URL read from what it prints), and tokens created in its database beforehand
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -79,8 +81,29 @@ def make_tokens(db: Path) -> dict[str, str]:
         api.close()
 
 
-def spawn(tmp: Path, *args: str, ready_s: float = 30.0) -> Server:
-    """Start ``accelnet serve --port 0 --db tmp/state.db ARGS`` and wait for its URL."""
+SERVED: set[Path] = set()  # the folders :func:`served_folder` made (removed at the end)
+
+
+def served_folder(tmp: Path) -> Path:
+    """Where a spawned server keeps its database and work folder: a folder of the system's
+    temp dir named after ``tmp`` (the same one again for a restart on it), that other users
+    may pass but not list (0711). As root a server runs each tenant's tasks as a user of its
+    own, who must reach its folders there; pytest's own tmp folders are root's only (0700,
+    and pytest makes its base private again whenever a session starts)."""
+    digest = hashlib.sha256(str(tmp.resolve()).encode()).hexdigest()[:16]
+    base = Path(tempfile.gettempdir()) / f"accelnet-served-{digest}"
+    base.mkdir(mode=0o711, exist_ok=True)
+    base.chmod(0o711)
+    SERVED.add(base)
+    return base
+
+
+def spawn(tmp: Path, *args: str, ready_s: float = 60.0) -> Server:
+    """Start ``accelnet serve --port 0 --db DIR/state.db ARGS`` (DIR: :func:`served_folder`
+    of ``tmp``) and wait for its URL."""
+    tmp = served_folder(tmp)
+    if os.geteuid() != 0:  # no users to switch to: the tasks are the test's own
+        args = ("--trusted-tasks", *args)
     db = tmp / "state.db"
     tokens = make_tokens(db)
     stderr = tmp / "serve.err"
@@ -136,7 +159,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def wait_state(
-    client: httpx.Client, job: str, states: set[str], timeout: float = 20.0
+    client: httpx.Client, job: str, states: set[str], timeout: float = 60.0
 ) -> dict[str, object]:
     """Poll a job until it is in one of ``states``; returns it."""
     end = time.monotonic() + timeout

@@ -185,7 +185,7 @@ def test_a_key_outlives_a_killed_server(tmp_path: Path) -> None:
             assert r.status_code == 409
     finally:
         assert again.stop() == 0
-    store = SqliteStore(tmp_path / "state.db")
+    store = SqliteStore(srv.db)
     try:
         assert sorted(r.id for r in store.jobs()) == sorted(first)
         kept = store.idempotency_records()

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from accelnet.cli.main import app
 from accelnet.client import Client
+from tests.api.conftest import served_folder
 
 # name -> (tenant, role)
 TOKENS = {
@@ -72,6 +73,9 @@ class Server:
 def spawn(tmp: Path, *extra: str) -> Server:
     """``accelnet serve --port 0 --db tmp/state.db --fabric mixed-lab EXTRA`` (the console
     script), tokens :data:`TOKENS` created first; returns once it prints its URL."""
+    tmp = served_folder(tmp)  # as root, tasks run as their tenants' users
+    if os.geteuid() != 0:  # no users to switch to: the tasks are the test's own
+        extra = ("--trusted-tasks", *extra)
     db = tmp / "state.db"
     tokens = {who: create_token(db, t, r, who) for who, (t, r) in TOKENS.items()}
     err = tmp / "serve.err"

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.api.conftest import served_folder
+
 CHROMIUM = Path(os.environ.get("ACCELNET_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -63,6 +65,9 @@ class Served:
 def serve(tmp: Path, *args: str, ready_s: float = 60.0) -> Served:
     """Start ``accelnet serve --port 0 --db tmp/state.db ARGS``; wait for the URL it
     prints."""
+    tmp = served_folder(tmp)  # as root, tasks run as their tenants' users
+    if os.geteuid() != 0:  # no users to switch to: the tasks are the test's own
+        args = ("--trusted-tasks", *args)
     db = tmp / "state.db"
     stderr = tmp / "serve.err"
     proc = subprocess.Popen(

@@ -21,10 +21,11 @@ from accelnet.runtime.local_backend import LocalBackend
 from accelnet.runtime.runas import (
     OsUser,
     RunAsError,
+    TenantUsers,
     hand_over,
     parse_run_as,
+    tenant_user_name,
     untraversable,
-    user_for,
 )
 from tests.runtime.backend_contract import T0, pickled_by_value, run, task
 
@@ -41,11 +42,25 @@ def _pickle_this_module_by_value() -> Iterator[None]:
 
 
 def test_parse_run_as_maps_tenants_and_names_what_is_wrong() -> None:
-    users = parse_run_as(["vision=nobody", "*=0"], euid=0)
-    assert users["vision"].uid == 65534 and users["*"].name == "root"
-    assert user_for(users, "vision") == users["vision"]
-    assert user_for(users, "speech") == users["*"]
-    assert user_for(parse_run_as(["vision=nobody"], euid=0), "speech") is None
+    users = parse_run_as(["vision=nobody"], euid=0)
+    assert users["vision"].uid == 65534
+    assert TenantUsers(users).get("vision") == users["vision"]
+    assert TenantUsers(users).get("speech") is None  # not made: the service's own user
+    made: list[str] = []
+
+    def make(name: str) -> OsUser:
+        made.append(name)
+        return OsUser(name, 5000 + len(made), 5000 + len(made), "/nonexistent")
+
+    auto = TenantUsers(users, auto=True, make=make)
+    assert auto.get("vision") == users["vision"] and made == []  # the mapping comes first
+    speech = auto.get("speech")
+    assert speech is not None and speech.name == tenant_user_name("speech")
+    assert auto.get("speech") is speech and auto.get("audio") != speech  # made once each
+    assert made == [tenant_user_name("speech"), tenant_user_name("audio")]
+    for bad in (["*=nobody"], ["vision=nobody", "speech=65534"], ["vision=0"]):
+        with pytest.raises(RunAsError):  # one user for two tenants, or root: never
+            parse_run_as(bad, euid=0)
     with pytest.raises(RunAsError, match=r"'vision': expected TENANT=USER"):
         parse_run_as(["vision"], euid=0)
     with pytest.raises(RunAsError, match=r"no user 'no-such-user-x' on this machine"):
@@ -154,3 +169,21 @@ def test_a_tenants_shared_memory_folder_is_its_own_and_private(passable: Path) -
         assert (logs / "m.out").read_text().split("\n")[:2] == [f"{nobody.uid} 700", "WROTE"]
     finally:
         b.close()
+
+
+def test_tenant_user_names_are_valid_distinct_and_short() -> None:
+    names = [tenant_user_name(t) for t in ("vision", "Vision", "a b", "a_b", "x" * 80, "ü")]
+    assert len(set(names)) == len(names)  # names differing only in case or symbols too
+    for name in names:
+        assert len(name) <= 31 and name.startswith("acn-")
+        assert all(c.islower() or c.isdigit() or c in "-_" for c in name), name
+
+
+@needs_root
+def test_a_tenant_user_is_made_once_and_found_again(tmp_path: Path) -> None:
+    from accelnet.runtime.runas import make_system_user
+
+    name = tenant_user_name("accelnet-test-tenant")
+    first = make_system_user(name)
+    again = make_system_user(name)
+    assert first == again and first.uid != 0 and first.name == name

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from accelnet.runtime.runas import tenant_user_name
 from accelnet.runtime.taskenv import scrub_env
 from tests.api.conftest import Server, spawn, wait_state
 
@@ -69,9 +70,10 @@ def test_tasks_see_no_server_secrets_and_private_dirs(secret_server: Server) -> 
         assert f"{key}=" not in out and value not in out, key
     assert str(srv.db) not in out
     work = srv.db.parent / "work"
-    private = [work / "scratch", work / "workers", work / "logs", work / "outputs"]
-    for path in private:
+    for path in (work / "workers", work / "logs"):  # the service's own: closed to tasks
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    for path in (work / "scratch", work / "outputs"):  # passable to the tenants' users only
+        assert stat.S_IMODE(path.stat().st_mode) & 0o066 == 0, path  # never listable
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
@@ -79,8 +81,8 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs
 
 @pytest.fixture(scope="module")
 def runas_server() -> Iterator[Server]:
-    """A root server whose tenant ``vision`` (alice's) runs as ``nobody``; its folders in
-    a place other users can pass (pytest's own tmp folders are root's only)."""
+    """A root server whose tenant ``vision`` (alice's) runs as ``nobody`` (the others as
+    users of their own); its folders in a place other users can pass."""
     base = Path(tempfile.mkdtemp(prefix="accelnet-runas-"))
     base.chmod(0o711)
     srv = spawn(base, "--fabric", "mixed-lab", "--rate", "1000", "--burst", "1000",
@@ -117,8 +119,8 @@ def test_a_mapped_tenants_tasks_run_as_its_user_and_cannot_read_the_service(
     assert "DB" not in lines and "LOGS" not in lines and "LIST" not in lines  # all refused
     assert "OUT" in lines  # its job's output folder is its own
     assert stat.S_IMODE(srv.db.stat().st_mode) == 0o600
-    job, out = _run(srv, "bob", "id -u")  # tenant speech: not mapped, the service's user
-    assert job["state"] == "succeeded" and out.strip() == "0"
+    job, out = _run(srv, "bob", "id -un")  # tenant speech: not mapped, a user of its own
+    assert job["state"] == "succeeded" and out.strip() == tenant_user_name("speech")
 
 
 @needs_root

@@ -21,9 +21,11 @@ import gc
 import ipaddress
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +44,7 @@ from accelnet.api.port import LocalClusterPort
 from accelnet.api.tokens import Role
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.ray_connect import RayOptions
-from accelnet.runtime.runas import OsUser, RunAsError, parse_run_as, untraversable
+from accelnet.runtime.runas import RunAsError, TenantUsers, parse_run_as, untraversable
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched.policies import make_scheduler
 
@@ -82,6 +84,7 @@ class ServeOptions:
     log_level: str = "info"
     metrics_token: str | None = None  # /metrics needs this bearer token (None: open)
     run_as: tuple[str, ...] = ()  # TENANT=USER: that tenant's tasks run as USER (root only)
+    trusted_tasks: bool = False  # every task runs as the server's own user (no isolation)
 
 
 def is_loopback(host: str) -> bool:
@@ -123,27 +126,76 @@ def check(opts: ServeOptions) -> None:
         raise ServeError(f"--max-body {opts.max_body}: at least 1024 bytes")
     if opts.run_as and opts.backend != "local":
         raise ServeError("--run-as works with the local backend only")
+    if opts.run_as and opts.trusted_tasks:
+        raise ServeError("--run-as and --trusted-tasks contradict each other: choose one")
 
 
-def run_as_users(opts: ServeOptions, workdir: Path | None) -> dict[str, OsUser]:
-    """The ``--run-as`` map; ServeError naming the item, or the folder above ``workdir``
+def run_as_users(
+    opts: ServeOptions, workdir: Path | None, euid: int | None = None
+) -> tuple[TenantUsers, str]:
+    """Who runs each tenant's tasks, and the line ``serve`` prints about it.
+
+    As root (``euid``, default this process's) each tenant's tasks run as a user of the
+    tenant's own (``--run-as`` names some; the others are made on first use). Without root,
+    on the Ray backend, or with ``--trusted-tasks``, tasks would run as the server's own user
+    and could read its database (and so mint tokens of any role), every tenant's files and
+    the server's environment, and signal the server: that needs ``--trusted-tasks``, said in
+    so many words. ServeError naming the problem otherwise, or the folder above ``workdir``
     that the users could not pass (they work in folders under it)."""
+    uid = os.geteuid() if euid is None else euid
+    if opts.trusted_tasks:
+        return TenantUsers(), (
+            f"isolation: NONE (--trusted-tasks): every task runs as this server's user "
+            f"(uid {uid}) and can read its database and tokens, every tenant's files and "
+            "output, and signal the server"
+        )
+    if opts.backend != "local":
+        raise ServeError(
+            f"the {opts.backend} backend runs every tenant's tasks as the user of its own "
+            "workers, with no isolation between tenants or from the service: pass "
+            "--trusted-tasks if every job is trusted"
+        )
+    if uid != 0:
+        raise ServeError(
+            f"this server runs as uid {uid}, not root, so it cannot run each tenant's tasks "
+            "as a user of its own: they would run as the server's user and could read its "
+            "database (and mint an admin token), every tenant's output and its environment, "
+            "and signal it. Run it as root (tenants then get users of their own), or pass "
+            "--trusted-tasks if every job is trusted"
+        )
     try:
-        users = parse_run_as(opts.run_as)
+        mapped = parse_run_as(opts.run_as, euid=uid)
     except RunAsError as exc:
         raise ServeError(str(exc)) from None
-    if users:
-        if workdir is None:
-            raise ServeError("--run-as needs --db or --workdir: the tasks' folders go there")
-        blocked = untraversable(workdir.resolve().parent)
-        if blocked is not None:
-            raise ServeError(
-                f"--run-as: {blocked} is not passable by other users (mode "
-                f"{blocked.stat().st_mode & 0o777:o}), so tasks run as them cannot reach "
-                f"their folders in {workdir}; give it o+x (chmod o+x {blocked}) or choose "
-                "another --workdir"
-            )
-    return users
+    if workdir is None:
+        raise ServeError(
+            "tasks run as their tenants' users in folders under --workdir (or beside --db): "
+            "give one of them"
+        )
+    blocked = untraversable(workdir.resolve().parent)
+    if blocked is not None:
+        raise ServeError(
+            f"{blocked} is not passable by other users (mode "
+            f"{blocked.stat().st_mode & 0o777:o}), so tasks run as their tenants' users cannot "
+            f"reach their folders in {workdir}; give it o+x (chmod o+x {blocked}) or choose "
+            "another --workdir"
+        )
+    named = ", ".join(f"{t}={u.name}" for t, u in sorted(mapped.items()))
+    said = (
+        "isolation: each tenant's tasks run as a user of its own"
+        + (f" ({named}; the others as acn-<tenant>-<hash>, made on first use)" if named
+           else " (acn-<tenant>-<hash>, made on first use)")
+        + "; the database, logs, other tenants' folders and this process are closed to them"
+    )  # fmt: skip
+    python = untraversable(Path(sys.base_prefix))
+    if python is not None:  # e.g. pyenv under a 0700 /root
+        said += (
+            f"\n  warning: {python} is closed to other users, so tasks cannot reach this "
+            f"Python ({sys.base_prefix}): a Python entry point that imports a module the "
+            f"worker has not loaded fails; chmod o+x {python} or install Python where "
+            "other users can read it"
+        )
+    return TenantUsers(mapped, auto=True), said
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -220,21 +272,42 @@ def _bootstrap_admin(ctx: ApiContext, workdir: Path, now: float) -> Path:
     return path
 
 
+def _log_to_stderr(level: str) -> None:
+    logging.getLogger("accelnet").setLevel(level.upper())
+    if not logging.getLogger("accelnet").handlers:
+        logging.getLogger("accelnet").addHandler(logging.StreamHandler(sys.stderr))
+
+
+def work_folder(opts: ServeOptions) -> tuple[Path | None, Path | None]:
+    """Where logs, outputs and scratch go (``--workdir``, else beside ``--db``), and a
+    folder to remove at the end: with neither, and tasks run as their tenants' users, a
+    temporary folder of the server's own (they need a place they can reach)."""
+    if opts.workdir is not None:
+        return opts.workdir, None
+    if opts.db is not None:
+        return opts.db.resolve().parent / f"{opts.db.stem}-work", None
+    if opts.trusted_tasks:
+        return None, None
+    made = Path(tempfile.mkdtemp(prefix="accelnet-serve-"))
+    return made, made
+
+
 def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     """Run the server until SIGTERM or Ctrl-C (see the module docstring). ServeError if it
     cannot start; fabric, policy and remediation-policy errors propagate."""
     check(opts)
     scheduler = make_scheduler(opts.policy, round_s=opts.round_s, placement=opts.placement)
     tls = opts.tls_cert is not None
-    logging.getLogger("accelnet").setLevel(opts.log_level.upper())
-    if not logging.getLogger("accelnet").handlers:
-        logging.getLogger("accelnet").addHandler(logging.StreamHandler(sys.stderr))
-    sock = bind(opts.host, opts.port)
+    _log_to_stderr(opts.log_level)
+    workdir, scratch_work = work_folder(opts)
+    try:
+        users, isolation = run_as_users(opts, workdir)
+        sock = bind(opts.host, opts.port)
+    except ServeError:
+        if scratch_work is not None:
+            shutil.rmtree(scratch_work, ignore_errors=True)
+        raise
     clock = SystemClock()
-    workdir = opts.workdir
-    if workdir is None and opts.db is not None:
-        workdir = opts.db.resolve().parent / f"{opts.db.stem}-work"
-    users = run_as_users(opts, workdir)
     db = ApiDb(opts.db)
     ray = RayOptions(opts.ray_address or "auto") if opts.backend == "ray" else None
     cluster = LocalCluster(opts.fabric, workdir, opts.db, scheduler, policy=opts.device_policy,
@@ -249,7 +322,7 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
                                audit_max_rows=opts.audit_max_rows)  # fmt: skip
         ctx = build_context(port, db, clock, settings)
         notes = [f"fabric {cluster.fabric.name} ({len(cluster.fabric.devices)} devices), "
-                 f"policy {opts.policy}, work in {cluster.workdir}"]  # fmt: skip
+                 f"policy {opts.policy}, work in {cluster.workdir}", isolation]  # fmt: skip
         if opts.db is None:
             path = _bootstrap_admin(ctx, cluster.workdir, clock.now())
             notes.append(f"no --db: state is in memory; an admin token is in {path}")
@@ -279,3 +352,5 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
         port.close()
         cluster.close()
         db.close()
+        if scratch_work is not None:
+            shutil.rmtree(scratch_work, ignore_errors=True)

@@ -70,10 +70,19 @@ def serve(
     run_as: Annotated[
         list[str] | None,
         typer.Option(
-            help="TENANT=USER: run that tenant's tasks as USER (*=USER: every other "
-            "tenant); the server must run as root (docs/runtime.md)"
+            help="TENANT=USER: run that tenant's tasks as USER (the others get users of "
+            "their own, made on first use); the server must run as root (docs/api.md)"
         ),
     ] = None,
+    trusted_tasks: Annotated[
+        bool,
+        typer.Option(
+            "--trusted-tasks",
+            help="NO ISOLATION: run every task as the server's own user, where it can read "
+            "the database (mint tokens), every tenant's files and signal the server; for "
+            "one trusted team, or a server that is not root",
+        ),
+    ] = False,
 ) -> None:
     """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM.
     ``--backend ray`` runs the tasks on a Ray cluster (docs/ray.md)."""
@@ -89,7 +98,7 @@ def serve(
             audit_retention_days=audit_retention_days, audit_max_rows=audit_max_rows,
             tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
             device_policy=device_policy, log_level=log_level, metrics_token=metrics_token,
-            run_as=tuple(run_as or ()),
+            run_as=tuple(run_as or ()), trusted_tasks=trusted_tasks,
         )  # fmt: skip
         _serve(opts)
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
 # logged (durably) when a job holding devices is cancelled, before its tasks are stopped: a
 # controller that restarts before they have ended cancels the job instead of requeueing it
+LOST_AT_RESTART = "lost when the controller restarted"  # in the events of such requeues
 CANCEL_REQUESTED = "job:cancel-requested"
 
 
@@ -131,12 +132,32 @@ class Controller:
                 self._transition(rec.id, JobState.CANCELLED, now, "cancelled (accepted before "
                                  "the controller restarted)", finished_at=now)  # fmt: skip
                 continue
-            self._transition(
-                rec.id, JobState.ADMITTED, now, "requeued: lost when the controller restarted",
-                placement=None,
-            )  # fmt: skip
+            self._requeue_lost(rec, now)
         for rec in self.store.jobs([JobState.PENDING]):
             self._admit_or_hold(self._keep(rec), now)
+
+    def _requeue_lost(self, rec: JobRecord, now: float) -> None:
+        """A job that was running when the last controller died: requeued. The first such
+        loss is free (the job was a bystander); each later one spends a retry, and a job
+        out of retries ends FAILED: a job that kills the controller (or dies with it every
+        time) is not started again and again, so the service comes back."""
+        deaths = 1 + sum(LOST_AT_RESTART in e.detail for e in self.store.events(rec.id))
+        if deaths == 1:
+            self._transition(rec.id, JobState.ADMITTED, now, f"requeued: {LOST_AT_RESTART}",
+                             placement=None)  # fmt: skip
+            return
+        failures = rec.failures + 1
+        error = (f"{LOST_AT_RESTART} ({deaths} times while it ran; every time after the "
+                 "first spends a retry)")  # fmt: skip
+        if failures <= rec.spec.max_retries:
+            self._transition(rec.id, JobState.ADMITTED, now,
+                             f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
+                             placement=None, failures=failures, error=error)  # fmt: skip
+            return
+        error = (f"not run again: the controller died {deaths} times while this job ran "
+                 "(it may be what stops it); resubmit it to run it again")  # fmt: skip
+        self._transition(rec.id, JobState.FAILED, now, error, failures=failures, error=error,
+                         finished_at=now)  # fmt: skip
 
     # ----- public -------------------------------------------------------------------
     def submit(self, spec: JobSpec, payload: bytes | None = None, job_id: str | None = None) -> str:

@@ -56,7 +56,7 @@ from accelnet.runtime.local_workers import (
     _Worker,
     lane_key,
 )
-from accelnet.runtime.runas import OsUser, hand_over, task_identity, user_for
+from accelnet.runtime.runas import OsUser, RunAsError, TenantUsers, hand_over, task_identity
 from accelnet.runtime.taskenv import mps_env, task_env_delta
 
 Recycle = Literal["always", "after-python", "never"]
@@ -106,13 +106,13 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         shm_base: Path | None = None,
         heartbeat_s: float | None = 1.0,
         device_reset: Callable[[Device], tuple[bool, str]] | None = None,
-        run_as: Mapping[str, OsUser] | None = None,
+        run_as: Mapping[str, OsUser] | TenantUsers | None = None,
         task_cwd: Literal["inherit", "scratch"] = "inherit",
     ) -> None:
         if recycle not in RECYCLE_POLICIES:
             raise ValueError(f"unknown recycle policy {recycle!r}; valid: {RECYCLE_POLICIES}")
         self._devices = dict(devices)
-        self._run_as = dict(run_as or {})
+        self._users = run_as if isinstance(run_as, TenantUsers) else TenantUsers(run_as)
         if task_cwd not in ("inherit", "scratch"):
             raise ValueError(f"task_cwd {task_cwd!r}: inherit or scratch")
         self._task_cwd = task_cwd
@@ -213,10 +213,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                     req["payload_path"] = str(spill)
             if w is None:
                 w = self._pool.start(device, lane)
-            user = user_for(self._run_as, task.tenant)
+            user = self._users.get(task.tenant)
             if user is not None:
                 self._hand_over(task, scratch, user, req)
-        except OSError as e:
+        except (OSError, RunAsError) as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
         if w.dead:
@@ -394,7 +394,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         """Empty a scratch dir (made if missing, taken back from a user); why not, if not."""
         try:
             _private_dir(scratch)
-            if self._run_as and scratch.stat().st_uid != os.geteuid():  # back from a user
+            if self._users.active and scratch.stat().st_uid != os.geteuid():  # back from a user
                 os.chown(scratch, os.geteuid(), os.getegid())
             for entry in scratch.iterdir():
                 if entry.is_dir() and not entry.is_symlink():

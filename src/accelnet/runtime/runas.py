@@ -1,25 +1,34 @@
-"""Running a tenant's tasks as an unprivileged user of this machine.
+"""Running a tenant's tasks as an unprivileged user of this machine, one user per tenant.
 
-A service started as root (``accelnet serve --run-as TENANT=USER``) runs each task of a
-mapped tenant as that user: a command's shell is started with the user's uid and gid and no
+A service started as root (``accelnet serve``) runs each task of a tenant as that tenant's
+own user: the one ``--run-as TENANT=USER`` names, or else a system user made for the tenant
+on its first task (:func:`tenant_user_name`: ``acn-<tenant>-<hash>``, no home, no login
+shell, a group of its own). A command's shell is started with the user's uid and gid and no
 supplementary groups, a Python entry point runs in a child of the device's worker that has
 dropped to the user; either way with umask 077, in the job's scratch folder, with ``HOME``,
-``USER`` and ``LOGNAME`` set for the user. ``*=USER`` maps every tenant without a mapping of
-its own. The folders such a task writes (its scratch folder, its job's output folder) are
-handed to the user (mode 0700); their parents are made traversable but not listable (0711),
-so one user cannot list or enter another's folders, and the service's own files (its
-database, tokens, logs) stay the service user's.
+``USER`` and ``LOGNAME`` set for the user. The folders such a task writes (its scratch
+folder, its job's output folder) are handed to the user (mode 0700); their parents are made
+traversable but not listable (0711), so one user cannot list or enter another's folders, and
+the service's own files (its database, tokens, logs) stay the service user's. No two tenants
+share a user (a user may read and signal everything of its own): a mapping that would
+(``*=USER``, one user named for two tenants, root) is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
-from collections.abc import Iterable, Mapping
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 ANY_TENANT = "*"
+_USER_PREFIX = "acn-"
 
 
 class RunAsError(ValueError):
@@ -52,21 +61,37 @@ class OsUser:
 
 
 def parse_run_as(items: Iterable[str], euid: int | None = None) -> dict[str, OsUser]:
-    """``TENANT=USER`` items (``*`` for any tenant) as a map; :class:`RunAsError` naming the
-    item for a malformed one, an unknown user, a tenant given twice, or a service that is not
-    root (``euid``, default this process's: only root can start tasks as another user)."""
+    """``TENANT=USER`` items as a map; :class:`RunAsError` naming the item for a malformed
+    one, an unknown user, a tenant given twice, a user given to two tenants, ``*`` (every
+    tenant under one user), root, or a service that is not root (``euid``, default this
+    process's: only root can start tasks as another user)."""
     mapping: dict[str, OsUser] = {}
     for item in items:
         tenant, sep, user = item.partition("=")
         tenant, user = tenant.strip(), user.strip()
         if not sep or not tenant or not user:
-            raise RunAsError(f"--run-as {item!r}: expected TENANT=USER (or *=USER)")
+            raise RunAsError(f"--run-as {item!r}: expected TENANT=USER")
+        if tenant == ANY_TENANT:
+            raise RunAsError(
+                f"--run-as {item!r}: one user for every tenant would let each tenant's tasks "
+                "read the others' outputs and signal their tasks; tenants without a mapping "
+                f"get users of their own ({_USER_PREFIX}<tenant>-<hash>, made on first use)"
+            )
         if tenant in mapping:
             raise RunAsError(f"--run-as {item!r}: tenant {tenant!r} is mapped twice")
         try:
-            mapping[tenant] = OsUser.named(user)
+            found = OsUser.named(user)
         except (KeyError, ValueError):
             raise RunAsError(f"--run-as {item!r}: no user {user!r} on this machine") from None
+        if found.uid == 0:
+            raise RunAsError(f"--run-as {item!r}: {user!r} is root; tasks never run as root")
+        other = next((t for t, u in mapping.items() if u.uid == found.uid), None)
+        if other is not None:
+            raise RunAsError(
+                f"--run-as {item!r}: user {user!r} is already tenant {other!r}'s; two tenants "
+                "under one user could read each other's outputs and signal each other's tasks"
+            )
+        mapping[tenant] = found
     uid = os.geteuid() if euid is None else euid
     if mapping and uid != 0:
         raise RunAsError(
@@ -76,9 +101,72 @@ def parse_run_as(items: Iterable[str], euid: int | None = None) -> dict[str, OsU
     return mapping
 
 
-def user_for(run_as: Mapping[str, OsUser], tenant: str) -> OsUser | None:
-    """The user ``tenant``'s tasks run as (None: the service's own user)."""
-    return run_as.get(tenant, run_as.get(ANY_TENANT))
+def tenant_user_name(tenant: str) -> str:
+    """The system user made for ``tenant``: ``acn-`` + its name in the characters a user
+    name may hold (at most 20) + ``-`` + 6 hex digits of its hash (so tenants whose names
+    differ only in other characters get different users); at most 31 characters."""
+    clean = re.sub(r"[^a-z0-9_-]", "_", tenant.lower())[:20]
+    digest = hashlib.sha256(tenant.encode()).hexdigest()[:6]
+    return f"{_USER_PREFIX}{clean}-{digest}"
+
+
+def make_system_user(name: str) -> OsUser:
+    """The system user ``name``, made if missing (``useradd --system``, a group of its own,
+    no home, no login shell). RunAsError if it cannot be made."""
+    try:
+        return OsUser.named(name)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    shells = ("/usr/sbin/nologin", "/sbin/nologin")
+    nologin = next((p for p in shells if os.path.exists(p)), "/bin/false")
+    cmd = [useradd, "--system", "--user-group", "--no-create-home",
+           "--home-dir", "/nonexistent", "--shell", nologin, name]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RunAsError(f"cannot make user {name!r}: {exc}") from None
+    try:
+        return OsUser.named(name)
+    except KeyError:
+        why = done.stderr.strip() or f"useradd exited {done.returncode}"
+        raise RunAsError(f"cannot make user {name!r}: {why}") from None
+
+
+class TenantUsers:
+    """Who each tenant's tasks run as: the ``--run-as`` mapping first, then (``auto``) a
+    user of the tenant's own, made on its first task; None where neither applies (the
+    service's own user: ``accelnet.local()``, ``accelnet run``, ``--trusted-tasks``).
+    Thread-safe; ``make`` (default :func:`make_system_user`) may raise RunAsError."""
+
+    def __init__(
+        self,
+        mapped: Mapping[str, OsUser] | None = None,
+        *,
+        auto: bool = False,
+        make: Callable[[str], OsUser] = make_system_user,
+    ) -> None:
+        self._mapped = dict(mapped or {})
+        self._auto = auto
+        self._make = make
+        self._made: dict[str, OsUser] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Whether any task runs as another user than the service's."""
+        return self._auto or bool(self._mapped)
+
+    def get(self, tenant: str) -> OsUser | None:
+        """The user ``tenant``'s tasks run as (made now if this is the tenant's first)."""
+        user = self._mapped.get(tenant)
+        if user is not None or not self._auto:
+            return user
+        with self._lock:
+            made = self._made.get(tenant)
+            if made is None:
+                made = self._made[tenant] = self._make(tenant_user_name(tenant))
+            return made
 
 
 def hand_over(path: Path, user: OsUser, root: Path) -> None:

@@ -38,7 +38,7 @@ from accelnet.runtime.controller import Controller
 from accelnet.runtime.history_keeper import HISTORY_WIDTH_S, HistoryKeeper
 from accelnet.runtime.local_backend import LocalBackend, Recycle
 from accelnet.runtime.power_care import PowerCare, default_controls
-from accelnet.runtime.runas import OsUser
+from accelnet.runtime.runas import OsUser, TenantUsers
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
 from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import Event, JobRecord, MemoryStore, Store
@@ -139,7 +139,8 @@ class LocalCluster(DeviceOps):
     (docs/ray.md) tasks run on a Ray cluster's nodes, whose devices make the fabric (or
     those of ``fabric``, which then declares the machines); their telemetry is not
     sampled and power caps are recorded, not enforced. ``run_as`` maps tenants to the users
-    of this machine their tasks run as (:mod:`accelnet.runtime.runas`; needs root);
+    of this machine their tasks run as (a :class:`TenantUsers` also makes a user per
+    tenant; :mod:`accelnet.runtime.runas`; needs root);
     ``task_cwd`` where tasks start (:class:`LocalBackend`)."""
 
     def __init__(
@@ -158,10 +159,11 @@ class LocalCluster(DeviceOps):
         power_control: PowerControl | None = None,
         history_s: float = HISTORY_WIDTH_S,
         ray: RayOptions | None = None,
-        run_as: Mapping[str, OsUser] | None = None,
+        run_as: Mapping[str, OsUser] | TenantUsers | None = None,
         task_cwd: Literal["inherit", "scratch"] = "inherit",
     ) -> None:
-        if run_as and ray is not None:
+        users = run_as if isinstance(run_as, TenantUsers) else TenantUsers(run_as)
+        if users.active and ray is not None:
             raise ValueError("run_as: tasks run as another user on the local backend only")
         if isinstance(policy, str | Path):
             policy = load_policy(policy)
