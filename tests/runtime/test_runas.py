@@ -19,6 +19,7 @@ from accelnet.runtime.backend import TaskEventKind
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local_backend import LocalBackend
 from accelnet.runtime.runas import (
+    SERVICE_TENANT,
     OsUser,
     RunAsError,
     TenantUsers,
@@ -58,6 +59,7 @@ def test_parse_run_as_maps_tenants_and_names_what_is_wrong() -> None:
     assert speech is not None and speech.name == tenant_user_name("speech")
     assert auto.get("speech") is speech and auto.get("audio") != speech  # made once each
     assert made == [tenant_user_name("speech"), tenant_user_name("audio")]
+    assert auto.get(SERVICE_TENANT) is None  # the service's probes run as the service
     for bad in (["*=nobody"], ["vision=nobody", "speech=65534"], ["vision=0"]):
         with pytest.raises(RunAsError):  # one user for two tenants, or root: never
             parse_run_as(bad, euid=0)

@@ -68,6 +68,7 @@ from accelnet.runtime.backend import (
 )
 from accelnet.runtime.care_requests import Answer, OperatorRequests, ProbeRun, Request
 from accelnet.runtime.device_view import DeviceStatus
+from accelnet.runtime.runas import SERVICE_TENANT
 
 __all__ = ["Answer", "DeviceCare", "SampleListener"]
 
@@ -445,7 +446,8 @@ class DeviceCare(OperatorRequests):
         probe.waiters += self._probe_waiters.pop(dev, [])
         self._probes[tid] = probe
         spec = TaskSpec(tid, tid, 0, 1, dev, (dev,), payload=payload, timeout_s=timeout,
-                        log_dir=str(self._ctl.workdir / "probes"))  # fmt: skip
+                        log_dir=str(self._ctl.workdir / "probes"),
+                        tenant=SERVICE_TENANT)  # the service's own  # fmt: skip
         try:
             self._backend.launch(spec)
         except (RuntimeError, ValueError, KeyError) as exc:

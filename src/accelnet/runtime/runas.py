@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ANY_TENANT = "*"
+SERVICE_TENANT = ""  # the tenant of the service's own tasks (device probes): its own user
 _USER_PREFIX = "acn-"
 
 
@@ -158,9 +159,10 @@ class TenantUsers:
         return self._auto or bool(self._mapped)
 
     def get(self, tenant: str) -> OsUser | None:
-        """The user ``tenant``'s tasks run as (made now if this is the tenant's first)."""
+        """The user ``tenant``'s tasks run as (made now if this is the tenant's first);
+        None for :data:`SERVICE_TENANT` (the service's own probes run as the service)."""
         user = self._mapped.get(tenant)
-        if user is not None or not self._auto:
+        if user is not None or not self._auto or tenant == SERVICE_TENANT:
             return user
         with self._lock:
             made = self._made.get(tenant)

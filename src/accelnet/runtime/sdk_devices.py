@@ -31,6 +31,7 @@ from accelnet.runtime.controller import Controller
 from accelnet.runtime.device_view import DeviceStatus, Recovery, recovery_times
 from accelnet.runtime.local_backend import LocalBackend
 from accelnet.runtime.power_care import PowerCare
+from accelnet.runtime.runas import SERVICE_TENANT
 from accelnet.runtime.store import Event, Store
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ def probe_directly(
     tid = "probe-direct"
     start = time.monotonic()
     backend.launch(TaskSpec(tid, tid, 0, 1, device, (device,), payload=payload,
-                            timeout_s=timeout, log_dir=str(log_dir)))  # fmt: skip
+                            timeout_s=timeout, log_dir=str(log_dir),
+                            tenant=SERVICE_TENANT))  # fmt: skip
     while True:
         for ev in backend.poll(1.0):
             if ev.task_id != tid or ev.kind is TaskEventKind.STARTED:
