@@ -340,12 +340,14 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
         server = uvicorn.Server(config)
         ctx.stopping = lambda: server.should_exit
         url = url_of(sock, tls)
-        out.write(f"accelnet serving on {url}\n")
-        for note in notes:
-            out.write(f"  {note}\n")
-        out.write(f"  API docs: {url}/docs; stop with Ctrl-C or SIGTERM\n")
-        out.flush()
         with _quiet_signals(server), _upkeep(ctx, settings):
+            # the URL is printed once SIGTERM/SIGINT stop the server gracefully: a caller
+            # that stops it as soon as it is printed got the default action (exit -15)
+            out.write(f"accelnet serving on {url}\n")
+            for note in notes:
+                out.write(f"  {note}\n")
+            out.write(f"  API docs: {url}/docs; stop with Ctrl-C or SIGTERM\n")
+            out.flush()
             server.run(sockets=[sock])
     finally:
         sock.close()
