@@ -80,13 +80,21 @@ def _env_name(name: str) -> str:
 
 def _env_value(value: str) -> str:
     _text_for_exec("the value", value)
-    size = len(value.encode("utf-8"))
-    if size > MAX_ENV_VALUE_BYTES:
-        raise ValueError(
-            f"the value is {size:,} bytes; at most {MAX_ENV_VALUE_BYTES:,} (32 KiB) each: "
-            "pass large data in a file (inputs, or the job's own folder)"
-        )
+    _at_most(
+        value,
+        MAX_ENV_VALUE_BYTES,
+        "the value is {size:,} bytes; at most {limit:,} "
+        "(32 KiB) each: pass large data in a file (inputs, or the job's own folder)",
+    )
     return value
+
+
+def _at_most(text: str, limit: int, message: str) -> None:
+    """ValueError(``message`` with ``size`` and ``limit``) if ``text`` is over ``limit``
+    bytes in UTF-8."""
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise ValueError(message.format(size=size, limit=limit))
 
 
 EnvName = Annotated[str, AfterValidator(_env_name)]
@@ -309,12 +317,12 @@ class JobSpec(SpecModel):
         if not v.strip():  # (surrounding spaces are stripped already)
             raise ValueError("an empty command: give a shell command to run")
         _text_for_exec("the command", v)
-        size = len(v.encode("utf-8"))
-        if size > MAX_RUN_BYTES:
-            raise ValueError(
-                f"the command is {size:,} bytes in UTF-8; at most {MAX_RUN_BYTES:,} (64 KiB): "
-                "put a long script in a file and run that"
-            )
+        _at_most(
+            v,
+            MAX_RUN_BYTES,
+            "the command is {size:,} bytes in UTF-8; at most "
+            "{limit:,} (64 KiB): put a long script in a file and run that",
+        )
         return v
 
     @field_validator("env")
