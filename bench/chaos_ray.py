@@ -220,14 +220,12 @@ class RayChaosCluster:
         self.cluster.shutdown()
 
 
-def _audit_nodes(
-    work: Path, ray: RayChaosCluster, planned: Mapping[str, str], report: ChaosReport
-) -> None:
+def _audit_nodes(work: Path, ray: RayChaosCluster, report: ChaosReport) -> None:
     """Ray's part of the audit: each node kill's detection (kill -> the first time after
     it that a controller had the machine's devices OFFLINE; kills of a machine that was
     not in service yet are left out) and recovery (kill, and the
     node's re-adding, -> the first time after it that a controller had every device of
-    that machine in service), each job's outcome against the plan, the jobs whose
+    that machine in service), the jobs whose
     tasks were lost with a node, each such loss charged to the job's retry budget (the
     next settlement of the job is a retry or its failure; a loss left unsettled by a
     controller that died is requeued by the next without charge, as every running job
@@ -280,10 +278,6 @@ def _audit_nodes(
                     report.violations.append(f"[node-loss] {e.job}: lost with a node, then "
                                              f"#{e.seq} {e.kind}: {e.detail}")  # fmt: skip
         report.node_lost_jobs = lost
-        report.unplanned = sorted(
-            f"{r.id} {r.state.value}, planned {planned.get(r.spec.name)}"
-            for r in store.jobs() if r.state.value != planned.get(r.spec.name)
-        )  # fmt: skip
         report.out_of_service = sorted(
             f"{d} {s.value}" for d, s in store.devices().items() if s is not DeviceState.READY
         )

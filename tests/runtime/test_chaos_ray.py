@@ -65,8 +65,14 @@ def test_chaos_with_ray_node_kills_keeps_every_invariant_and_loses_no_job(
     finally:
         store.close()
     assert sum(report.states.values()) == cfg.jobs
-    doomed = sum(1 for j in bench.workload(cfg.jobs, cfg.seed, tmp_path) if j["run"] == "exit 4")
-    assert report.states == {"succeeded": cfg.jobs - doomed, "failed": doomed}  # as planned
+    # as planned: the doomed jobs failed, every other one succeeded, but for those the
+    # crash-loop guard held (each running at two or more controller deaths: the audit checks)
+    assert report.unplanned == []
+    doomed = {
+        j["name"] for j in bench.workload(cfg.jobs, cfg.seed, tmp_path) if j["run"] == "exit 4"
+    }
+    held = set(report.held) - doomed  # (a job's id is its name here)
+    assert report.states.get("succeeded", 0) == cfg.jobs - len(doomed) - len(held)
 
 
 # -- the faults the chaos found, one at a time ------------------------------------------------

@@ -54,6 +54,8 @@ _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMP
 # logged (durably) when a job holding devices is cancelled, before its tasks are stopped: a
 # controller that restarts before they have ended cancels the job instead of requeueing it
 LOST_AT_RESTART = "lost when the controller restarted"  # in the events of such requeues
+# how the error of a job failed by the crash-loop guard (``_requeue_lost``) starts
+HELD_AFTER_DEATHS = "not run again: the controller died"
 CANCEL_REQUESTED = "job:cancel-requested"
 
 
@@ -154,7 +156,7 @@ class Controller:
                              f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
                              placement=None, failures=failures, error=error)  # fmt: skip
             return
-        error = (f"not run again: the controller died {deaths} times while this job ran "
+        error = (f"{HELD_AFTER_DEATHS} {deaths} times while this job ran "
                  "(it may be what stops it); resubmit it to run it again")  # fmt: skip
         self._transition(rec.id, JobState.FAILED, now, error, failures=failures, error=error,
                          finished_at=now)  # fmt: skip
