@@ -292,3 +292,52 @@ def test_a_steady_counter_gives_its_difference(steps: list[float], dt: float) ->
     m = EnergyMeter()
     m.extend(samples)
     assert m.report().total_j == pytest.approx(e - steps[0], rel=1e-9, abs=1e-6)
+
+
+# ----- cost -------------------------------------------------------------------------------
+
+
+class _OverBudgetError(Exception):
+    pass
+
+
+def test_each_job_end_costs_its_own_intervals_not_every_job_of_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 5,000 jobs of 10 ms one after the other on one device sampled every second, all within
+    # the settle window (60 s), each job's figure asked for as it ends (as the controller
+    # does): the work, counted in pieces of intervals integrated, stays a few per job. The
+    # quadratic meter cut every pending interval at every hold in it at every job end
+    # (about 2 x 5,000^2 / 2 pieces); it fails here at once, by count, not by time.
+    jobs, per_second = 5000, 100
+    budget = 10 * jobs
+    count = 0
+    part = _Seg.part
+
+    def counted(seg: _Seg, u: float, v: float) -> float:
+        nonlocal count
+        count += 1
+        if count > budget:
+            raise _OverBudgetError(f"more than {budget} pieces integrated for {jobs} jobs")
+        return part(seg, u, v)
+
+    monkeypatch.setattr(_Seg, "part", counted)
+    m = EnergyMeter(settle_s=60.0)
+    m.add(s("a", 0.0, 100.0))
+    for k in range(jobs):
+        t = k / per_second
+        if k and k % per_second == 0:
+            m.add(s("a", t, 100.0))
+        m.start(f"j{k}", ["a"], t + 0.001)
+        m.stop(f"j{k}", t + 0.009)
+        e = m.job(f"j{k}")
+        assert e.held_s == pytest.approx(0.008)
+    m.add(s("a", jobs / per_second, 100.0))
+    assert count <= budget, count
+    # and the figures are right: 100 W for 8 ms is 0.8 J each, the rest idle
+    r = m.report()
+    assert r.by_job["j0"] == pytest.approx(0.8) and r.by_job[f"j{jobs - 1}"] == pytest.approx(0.8)
+    assert math.fsum(r.by_job.values()) == pytest.approx(0.8 * jobs)
+    assert r.idle_by_device["a"] + math.fsum(r.by_job.values()) == pytest.approx(r.by_device["a"])
+    assert r.by_device["a"] == pytest.approx(100.0 * jobs / per_second)
+    assert m.job("j4999").measured_j == pytest.approx(0.8)

@@ -32,6 +32,8 @@ modelled. Pure: no I/O, no clock; times are the samples' and the caller's.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -203,8 +205,24 @@ class EnergyReport:
 
 
 @dataclass(slots=True)
+class _Steps:
+    """A segment cut at every start and end of a hold inside it: per piece, its energy
+    (the last piece takes what is left, so the pieces add up to the segment's), the
+    sum of the shares held in it (0.0 exactly where nothing is held)."""
+
+    points: list[float]
+    energy: list[float]
+    shares: list[float]
+
+    def piece_range(self, u: float, v: float) -> range:
+        """The pieces within ``[u, v]`` (both cut points of this segment)."""
+        return range(bisect.bisect_left(self.points, u), bisect.bisect_left(self.points, v))
+
+
+@dataclass(slots=True)
 class _Seg:
-    """One interval between two samples of a device, and what it used."""
+    """One interval between two samples of a device, what it used, and the holds that
+    overlap it (job -> share), with its pieces once asked for (dropped when they change)."""
 
     t0: float
     t1: float
@@ -212,6 +230,8 @@ class _Seg:
     p0: float | None
     p1: float | None
     measured: bool
+    holds: dict[str, float] = field(default_factory=dict)
+    steps: _Steps | None = None
 
     def part(self, u: float, v: float) -> float:
         """Energy of ``[u, v]`` within the interval (linear power between p0 and p1)."""
@@ -227,6 +247,55 @@ class _Seg:
             mean = a + (b - a) * ((u + v) / 2 - self.t0) / dt
             return self.joules * (v - u) * mean / (dt * (a + b) / 2)
         return self.joules * (v - u) / dt
+
+    def clip(self, h: JobHold) -> tuple[float, float] | None:
+        """The part of ``h`` within this interval; None if they do not overlap."""
+        if h.start < self.t1 and (h.end is None or h.end > self.t0):
+            return max(h.start, self.t0), self.t1 if h.end is None else min(h.end, self.t1)
+        return None
+
+    def pieces(self, holds: Mapping[str, JobHold]) -> _Steps:
+        """The segment's pieces (built once per change of its holds): O(m log m) for m
+        holds, plus the shares held in each piece."""
+        if self.steps is not None:
+            return self.steps
+        spans = {j: c for j in self.holds if (c := self.clip(holds[j])) is not None}
+        points = sorted({self.t0, self.t1, *(x for c in spans.values() for x in c)})
+        at = {x: k for k, x in enumerate(points)}
+        starts: dict[int, list[str]] = {}
+        ends: dict[int, list[str]] = {}
+        for j, (u, v) in spans.items():
+            if u < v:
+                starts.setdefault(at[u], []).append(j)
+                ends.setdefault(at[v], []).append(j)
+        active: dict[str, float] = {}
+        left = self.joules if self.measured else 0.0
+        energy, shares = [], []
+        for k, (u, v) in enumerate(itertools.pairwise(points)):
+            for j in ends.get(k, ()):
+                del active[j]
+            for j in starts.get(k, ()):
+                active[j] = self.holds[j]
+            e = left if k == len(points) - 2 else self.part(u, v)
+            left -= e
+            energy.append(e)
+            shares.append(math.fsum(active.values()) if active else 0.0)
+        self.steps = _Steps(points, energy, shares)
+        return self.steps
+
+    def job_part(
+        self, h: JobHold, share: float, holds: Mapping[str, JobHold]
+    ) -> tuple[float, float]:
+        """``h``'s energy (J) in this interval and the seconds of it measured."""
+        span = self.clip(h)
+        if span is None or span[0] >= span[1]:
+            return 0.0, 0.0
+        st = self.pieces(holds)
+        joules = seconds = 0.0
+        for k in st.piece_range(*span):
+            joules += st.energy[k] * share / max(1.0, st.shares[k])
+            seconds += st.points[k + 1] - st.points[k]
+        return joules, seconds if self.measured else 0.0
 
 
 @dataclass(slots=True)
@@ -250,9 +319,22 @@ class _Totals:
 @dataclass(slots=True)
 class _Dev:
     last: DeviceSample | None = None
-    pending: list[_Seg] = field(default_factory=list)
+    pending: list[_Seg] = field(default_factory=list)  # contiguous, in time order
+    starts: list[float] = field(default_factory=list)  # their t0, for bisect
     settled: float = -math.inf  # attributed up to here
-    jobs: list[str] = field(default_factory=list)  # jobs with a hold on it not yet settled
+    jobs: set[str] = field(default_factory=set)  # jobs with a hold on it not yet settled
+    ends: list[tuple[float, str]] = field(default_factory=list)  # heap: ends of those holds
+    tail: dict[str, float] = field(default_factory=dict)  # holds reaching past ``last``
+
+    def overlapping(self, u: float, v: float | None) -> list[_Seg]:
+        """The pending intervals that ``[u, v]`` (v None: open) may overlap."""
+        k = max(0, bisect.bisect_right(self.starts, u) - 1)
+        out = []
+        while k < len(self.pending) and (v is None or self.pending[k].t0 < v):
+            if self.pending[k].t1 > u:
+                out.append(self.pending[k])
+            k += 1
+        return out
 
 
 class EnergyMeter:
@@ -260,6 +342,11 @@ class EnergyMeter:
 
     ``settle_s`` (None: only at :meth:`commit`) is how late a hold may start or end after
     the device's newest sample. Not thread-safe.
+
+    Cost: each interval between samples keeps the holds that overlap it, and is cut into
+    pieces once per change of them; a hold that starts and ends after its device's newest
+    sample (the live case) touches no interval until the next sample. A job's figure costs
+    O(the intervals it overlaps), whatever the number of jobs in the settle window.
     """
 
     def __init__(self, *, settle_s: float | None = 60.0) -> None:
@@ -280,8 +367,15 @@ class EnergyMeter:
                 f"sample of {sample.device} at {sample.time} is older than the latest ({last.time})"
             )
         if last is not None and sample.time > last.time:
-            dev.pending.append(_segment(last, sample))
+            seg = _segment(last, sample)
+            for j, share in dev.tail.items():
+                if seg.clip(self._holds[j]) is not None:
+                    seg.holds[j] = share
+            dev.pending.append(seg)
+            dev.starts.append(seg.t0)
         dev.last = sample
+        if dev.tail:
+            dev.tail = {j: s for j, s in dev.tail.items() if _reaches(self._holds[j], sample.time)}
         if self._settle is not None:
             self._commit_dev(sample.device, dev, sample.time - self._settle)
 
@@ -294,7 +388,9 @@ class EnergyMeter:
         """Record (or replace) ``hold``. ValueError if it would change settled time."""
         old = self._holds.get(hold.job)
         since = hold.start if old is None else _first_change(old, hold)
-        names = {d for d, _ in hold.devices} | {d for d, _ in (old.devices if old else ())}
+        was = dict(old.devices) if old is not None else {}
+        now = dict(hold.devices)
+        names = set(was) | set(now)
         for d in sorted(names):
             settled = self._dev(d).settled
             if since < settled:
@@ -302,14 +398,9 @@ class EnergyMeter:
                     f"job {hold.job}: the energy of {d} is settled up to {settled}; a hold "
                     f"cannot change it from {since} (report holds within settle_s)"
                 )
-        if old is not None:
-            for d, _ in old.devices:
-                jobs = self._devs[d].jobs
-                if hold.job in jobs:
-                    jobs.remove(hold.job)
         self._holds[hold.job] = hold
-        for d, _ in hold.devices:
-            self._devs[d].jobs.append(hold.job)
+        for d in names:
+            self._place(d, self._devs[d], hold.job, old, was.get(d), hold, now.get(d))
 
     def start(
         self,
@@ -369,7 +460,7 @@ class EnergyMeter:
         figures) at ``util`` under ``caps`` where given (see :func:`model_job_energy`).
         KeyError for a job the meter does not know."""
         h = self._holds[job]
-        got, covered = self._job_totals(job, [d for d, _ in h.devices])
+        got, covered = self._job_totals(h)
         caps = caps or {}
         by: dict[str, float] = {}
         held = gap = modelled = 0.0
@@ -395,79 +486,110 @@ class EnergyMeter:
             dev = self._devs[name] = _Dev()
         return dev
 
-    def _job_totals(
-        self, job: str, devices: Iterable[str]
-    ) -> tuple[dict[str, float], dict[str, float]]:
-        """``job``'s energy (J) and measured seconds per device, settled plus pending: the
-        pending intervals of ``devices`` only, never a copy of every job's figures (a job's
-        end costs O(its devices' pending intervals), not O(jobs ever metered))."""
-        pending = _Totals()
-        for name in devices:
-            dev = self._devs[name]
-            for seg in dev.pending:
-                self._attribute(name, dev, seg, pending)
-        got = dict(self._done.job.get(job, {}))
-        for d, e in pending.job.get(job, {}).items():
-            got[d] = got.get(d, 0.0) + e
-        covered = dict(self._done.job_s.get(job, {}))
-        for d, x in pending.job_s.get(job, {}).items():
-            covered[d] = covered.get(d, 0.0) + x
+    def _place(
+        self,
+        name: str,
+        dev: _Dev,
+        job: str,
+        old: JobHold | None,
+        was: float | None,
+        new: JobHold,
+        share: float | None,
+    ) -> None:
+        """Move ``job``'s hold of device ``name`` from ``old`` (at share ``was``; None: it
+        did not hold it) to ``new`` (at ``share``) in the device's pending intervals, its
+        tail and its set of unsettled jobs. Only the intervals where the two differ change."""
+        spans = [
+            (h.start, h.end)
+            for h, s in ((old, was), (new, share))
+            if h is not None and s is not None
+        ]
+        if spans:
+            u = min(a for a, _ in spans)
+            ends = [b for _, b in spans if b is not None]
+            v = max(ends) if len(ends) == len(spans) else None
+            for seg in dev.overlapping(u, v):
+                before = seg.clip(old) if old is not None and was is not None else None
+                after = seg.clip(new) if share is not None else None
+                if (before, was) == (after, share):
+                    continue
+                if after is None or share is None:
+                    seg.holds.pop(job, None)
+                else:
+                    seg.holds[job] = share
+                seg.steps = None
+        if share is None:
+            dev.tail.pop(job, None)
+            dev.jobs.discard(job)
+            return
+        if dev.last is None or _reaches(new, dev.last.time):
+            dev.tail[job] = share
+        else:
+            dev.tail.pop(job, None)
+        dev.jobs.add(job)
+        if new.end is not None:
+            heapq.heappush(dev.ends, (new.end, job))
+
+    def _job_totals(self, h: JobHold) -> tuple[dict[str, float], dict[str, float]]:
+        """The hold's job's energy (J) and measured seconds per device, settled plus
+        pending: only the pending intervals its hold overlaps."""
+        got = dict(self._done.job.get(h.job, {}))
+        covered = dict(self._done.job_s.get(h.job, {}))
+        for name, share in h.devices:
+            for seg in self._devs[name].overlapping(h.start, h.end):
+                if h.job in seg.holds:
+                    e, x = seg.job_part(h, share, self._holds)
+                    got[name] = got.get(name, 0.0) + e
+                    covered[name] = covered.get(name, 0.0) + x
         return got, covered
 
-    def _totals(self, devices: Iterable[str] | None = None) -> _Totals:
-        """Settled figures plus the pending intervals of ``devices`` (None: all)."""
+    def _totals(self) -> _Totals:
+        """Settled figures plus every pending interval."""
         t = self._done.copy()
-        for name in self._devs if devices is None else devices:
-            dev = self._devs[name]
+        for name, dev in self._devs.items():
             for seg in dev.pending:
-                self._attribute(name, dev, seg, t)
+                self._attribute(name, seg, t)
         return t
 
     def _commit_dev(self, name: str, dev: _Dev, until: float) -> None:
         n = 0
         while n < len(dev.pending) and dev.pending[n].t1 <= until:
-            self._attribute(name, dev, dev.pending[n], self._done)
+            self._attribute(name, dev.pending[n], self._done)
             dev.settled = dev.pending[n].t1
             n += 1
         if n:
             del dev.pending[:n]
-            dev.jobs = [j for j in dev.jobs if (e := self._holds[j].end) is None or e > dev.settled]
+            del dev.starts[:n]
+            while dev.ends and dev.ends[0][0] <= dev.settled:
+                end, job = heapq.heappop(dev.ends)
+                h = self._holds.get(job)
+                if h is not None and h.end == end:  # (else a replaced hold's old end)
+                    dev.jobs.discard(job)
 
-    def _attribute(self, name: str, dev: _Dev, seg: _Seg, t: _Totals) -> None:
-        holds = []
-        for j in dev.jobs:
-            h = self._holds[j]
-            if h.start < seg.t1 and (h.end is None or h.end > seg.t0):
-                holds.append((h, dict(h.devices)[name]))
-        cuts = {seg.t0, seg.t1}
-        for h, _ in holds:
-            cuts.update(x for x in (h.start, h.end) if x is not None and seg.t0 < x < seg.t1)
-        points = sorted(cuts)
-        left = seg.joules if seg.measured else 0.0
-        total = idle = 0.0
-        for k, (u, v) in enumerate(itertools.pairwise(points)):
-            e = left if k == len(points) - 2 else seg.part(u, v)
-            left -= e
-            active = [(h, s) for h, s in holds if h.start <= u and (h.end is None or h.end >= v)]
-            shares = sum(s for _, s in active)
-            scale = 1.0 / max(1.0, shares)
-            for h, s in active:
-                part = e * s * scale
-                total += part
-                jd = t.job.setdefault(h.job, {})
-                jd[name] = jd.get(name, 0.0) + part
-                if seg.measured:
-                    js = t.job_s.setdefault(h.job, {})
-                    js[name] = js.get(name, 0.0) + (v - u)
-            share_idle = e * max(0.0, 1.0 - shares)
-            idle += share_idle
-            total += share_idle
-        t.device[name] = t.device.get(name, 0.0) + total
+    def _attribute(self, name: str, seg: _Seg, t: _Totals) -> None:
+        """Add ``seg``'s energy to ``t``: each hold its part, the rest to idle."""
+        st = seg.pieces(self._holds)
+        total = 0.0
+        for j, share in seg.holds.items():
+            e, x = seg.job_part(self._holds[j], share, self._holds)
+            total += e
+            jd = t.job.setdefault(j, {})
+            jd[name] = jd.get(name, 0.0) + e
+            if seg.measured:
+                js = t.job_s.setdefault(j, {})
+                js[name] = js.get(name, 0.0) + x
+        idle = math.fsum(e * max(0.0, 1.0 - s) for e, s in zip(st.energy, st.shares, strict=True))
+        t.device[name] = t.device.get(name, 0.0) + total + idle
         t.idle[name] = t.idle.get(name, 0.0) + idle
         if not seg.measured:
             t.gap_s[name] = t.gap_s.get(name, 0.0) + (seg.t1 - seg.t0)
         else:
             t.gap_s.setdefault(name, 0.0)
+
+
+def _reaches(h: JobHold, t: float) -> bool:
+    """Whether ``h`` may overlap time after ``t`` (open, or ending after it)."""
+    return h.end is None or h.end > t
 
 
 def _segment(a: DeviceSample, b: DeviceSample) -> _Seg:
