@@ -146,9 +146,14 @@ def quick() -> str:
 # -- discovery and placement ----------------------------------------------------------------
 
 
-def test_every_node_is_discovered_on_itself_into_one_fabric(
-    backend: RayBackend, tmp_path: Path
-) -> None:
+def test_every_node_is_discovered_on_itself_into_one_fabric(cluster: Any, tmp_path: Path) -> None:
+    # a backend of its own: what it reports first is every host, whatever ran before
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
+    with options.connect(None, tmp_path / "work", ManualClock(T0)) as backend:
+        _discovered(backend, tmp_path)
+
+
+def _discovered(backend: RayBackend, tmp_path: Path) -> None:
     fabric = backend.fabric
     models = {h.name: [fabric.devices[d].model.name for d in h.device_ids] for h in fabric.hosts}
     assert models == {
@@ -302,6 +307,27 @@ def wait_for(check: Callable[[], bool], what: str, limit: float = 60.0) -> None:
         threading.Event().wait(0.05)
 
 
+@pytest.fixture
+def nodes_put_back(cluster: Any, backend: RayBackend) -> Iterator[None]:
+    """For a test that removes nodes of the module's cluster: afterwards every machine of
+    ``NODES`` has a live node again (added back if the test did not) and the module's
+    shared backend has seen each one up, so that no later test finds a host down."""
+    yield
+
+    def live() -> dict[str, str]:
+        return {n["Labels"].get(HOST_LABEL): n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+    for host, devices in NODES.items():
+        if host not in live():
+            cluster.add_node(**node_args(host, devices))
+    end = time.monotonic() + 60
+    while {h: backend.node_id(h) for h in NODES} != {h: live().get(h) for h in NODES}:
+        assert time.monotonic() < end, f"the shared backend still has hosts down: {backend.hosts()}"
+        backend.poll(0.2)
+    backend.take_node_changes()
+
+
+@pytest.mark.usefixtures("nodes_put_back")
 def test_a_node_removed_mid_job_requeues_it_and_a_node_that_joins_comes_back(
     cluster: Any, tmp_path: Path
 ) -> None:
