@@ -40,8 +40,6 @@ import argparse
 import itertools
 import os
 import platform
-import re
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -60,18 +58,11 @@ from rich.table import Table
 
 from accelnet.client import Client
 from benchutil import run_and_report, source_state, src_label
+from serveproc import ServeProcess, accelnet_cmd
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "api.json"
 MODES = ("held", "run", "batch")
-
-
-def accelnet_cmd() -> list[str]:
-    """The installed console script (or the module, without one)."""
-    script = Path(sys.executable).parent / "accelnet"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from accelnet.cli.main import main; main()"]
 
 
 def token(db: Path, tenant: str, role: str) -> str:
@@ -80,47 +71,6 @@ def token(db: Path, tenant: str, role: str) -> str:
                            tenant, "--role", role], capture_output=True, text=True,
                           check=True)  # fmt: skip
     return done.stdout.strip()
-
-
-class Server:
-    """``accelnet serve`` on a fresh database; :meth:`stop` ends it with SIGTERM."""
-
-    def __init__(self, tmp: Path, fabric: str | None) -> None:
-        self.db = tmp / "state.db"
-        self.err = tmp / "serve.err"
-        cmd = [*accelnet_cmd(), "serve", "--port", "0", "--db", str(self.db), "--rate", "0",
-               "--log-level", "warning", *(["--fabric", fabric] if fabric else [])]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err.open("w"),
-                                     text=True)  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        found = re.search(r"serving on (\S+)", line)
-        if not found:
-            self.proc.kill()
-            raise RuntimeError(f"accelnet serve did not start: {line!r} "
-                               f"{self.err.read_text()[-2000:]}")  # fmt: skip
-        self.url = found.group(1)
-        self.ps = psutil.Process(self.proc.pid)
-
-    def cpu_s(self) -> float:
-        """CPU seconds of the server process and its children (workers) so far."""
-        total = 0.0
-        for p in [self.ps, *self.ps.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            total += t.user + t.system
-        return total
-
-    def stop(self) -> int:
-        """SIGTERM; its exit code."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return -9
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -255,26 +205,27 @@ def one_run(args: argparse.Namespace, mode: str, console: Console) -> dict[str, 
         tenants = [f"team{i}" for i in range(args.tenants)]
         tokens = [token(tmpdir / "state.db", t, "user") for t in tenants]
         admin = token(tmpdir / "state.db", "ops", "admin")
-        server = Server(tmpdir, args.fabric)
+        server = ServeProcess(tmpdir, tmpdir / "state.db", "--rate", "0",
+                              *(["--fabric", args.fabric] if args.fabric else []))  # fmt: skip
         try:
             with Client(server.url, admin) as api:
                 devices = api.devices()
                 if mode in ("held", "batch"):
                     for d in devices:
                         api.drain(d.id, reason="api bench: hold the jobs")
-            cpu0, load0 = server.cpu_s(), os.getloadavg()[0]
+            cpu0, load0 = server.cpu_s(children=True), os.getloadavg()[0]
             me0 = psutil.Process().cpu_times()
             batch = args.batch if mode == "batch" else 0
             wall, lat, sent, done_at = submit_all(
                 server.url, tokens, args.jobs, args.clients, batch
             )
             me1 = psutil.Process().cpu_times()
-            cpu1, load1 = server.cpu_s(), os.getloadavg()[0]
+            cpu1, load1 = server.cpu_s(children=True), os.getloadavg()[0]
             checks = verify(server.url, admin, tokens, tenants, sent, args.jobs, args.clients,
                             mode)  # fmt: skip
         finally:
             code = server.stop()
-        stored = verify_db(server.db, [i for _, i in sent])
+        stored = verify_db(tmpdir / "state.db", [i for _, i in sent])
     row = {
         "mode": mode, "jobs": args.jobs, "clients": args.clients, "tenants": args.tenants,
         "per_call": max(1, batch), "devices": len(devices), "wall_s": wall,
@@ -320,6 +271,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": source_state(),
         "machine": {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
+        "isolation": "per-tenant users" if os.geteuid() == 0 else "trusted tasks (not root)",
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "runs": rows,
         "medians": medians,

@@ -20,8 +20,9 @@ The phases alternate which goes first from one repeat to the next. Timed: every 
 of ``b`` (latency: p50, p99), and ``a``'s answers (how many, how many 429, p50). The
 target: ``b``'s p99 during the flood within 2x its p99 alone.
 
-The bench runs no tasks, so it passes ``--trusted-tasks`` where ``serve`` has it
-(isolation does not matter to what is measured). Run from the project root::
+The server runs in the default isolation (as root: per-tenant users; without root
+``--trusted-tasks``, as ``serve`` requires there; the JSON says which). Run from the
+project root::
 
     .venv/bin/python bench/api_flood_bench.py [--jobs 10000 --requests 400 --repeats 3]
 
@@ -37,11 +38,7 @@ import multiprocessing.queues
 import os
 import platform
 import random
-import re
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -61,6 +57,7 @@ from accelnet.runtime.sqlite_store import SqliteStore
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState
 from benchutil import run_and_report, source_state, src_label
+from serveproc import ServeProcess
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "api_flood.json"
@@ -68,14 +65,6 @@ V1 = "/api/v1"
 LIFE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING)
 ENDS = (JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.FAILED,
         JobState.CANCELLED)  # fmt: skip
-
-
-def accelnet_cmd() -> list[str]:
-    """The installed console script (or the module, without one)."""
-    script = Path(sys.executable).parent / "accelnet"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from accelnet.cli.main import main; main()"]
 
 
 def seed(db: Path, jobs: int, b_share: float, seed_: int) -> dict[str, list[str]]:
@@ -121,45 +110,6 @@ def make_tokens(db: Path) -> dict[str, str]:
         return out
     finally:
         api.close()
-
-
-class Server:
-    """``accelnet serve`` on the seeded database; :meth:`stop` ends it with SIGTERM."""
-
-    def __init__(self, tmp: Path, db: Path, fabric: str | None) -> None:
-        self.err = tmp / "serve.err"
-        extra = []
-        helptext = subprocess.run([*accelnet_cmd(), "serve", "--help"], capture_output=True,
-                                  text=True, check=False).stdout  # fmt: skip
-        if "--trusted-tasks" in helptext:
-            extra.append("--trusted-tasks")
-        cmd = [*accelnet_cmd(), "serve", "--port", "0", "--db", str(db), "--log-level",
-               "warning", *extra, *(["--fabric", fabric] if fabric else [])]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err.open("w"),
-                                     text=True)  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        found = re.search(r"serving on (\S+)", line)
-        if not found:
-            self.proc.kill()
-            raise RuntimeError(f"accelnet serve did not start: {line!r} "
-                               f"{self.err.read_text()[-2000:]}")  # fmt: skip
-        self.url = found.group(1)
-        self.ps = psutil.Process(self.proc.pid)
-
-    def cpu_s(self) -> float:
-        """CPU seconds of the server process so far."""
-        t = self.ps.cpu_times()
-        return t.user + t.system
-
-    def stop(self) -> int:
-        """SIGTERM; its exit code."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return -9
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -293,7 +243,8 @@ def flood_main(
 
 
 def phase(
-    args: argparse.Namespace, server: Server, tokens: dict[str, str], ids: dict[str, list[str]],
+    args: argparse.Namespace, server: ServeProcess, tokens: dict[str, str],
+    ids: dict[str, list[str]],
     flood: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """One phase of b's requests, alone or during a's flood: ``--blocks`` blocks of
@@ -363,7 +314,8 @@ def one_repeat(args: argparse.Namespace, r: int, console: Console) -> list[dict[
         ids = seed(db, args.jobs, args.b_share, args.seed + r)
         seeded = time.perf_counter() - t0
         tokens = make_tokens(db)
-        server = Server(tmpdir, db, args.fabric)
+        tmpdir.chmod(0o711)  # as root the server runs tasks as tenants' users: they pass it
+        server = ServeProcess(tmpdir, db, *(["--fabric", args.fabric] if args.fabric else []))
         blocks: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
         try:
             for k in range(2 * args.blocks):
@@ -410,6 +362,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": source_state(),
         "machine": {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
+        "isolation": "per-tenant users" if os.geteuid() == 0 else "trusted tasks (not root)",
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "runs": rows,
         "medians": medians,
