@@ -142,7 +142,7 @@ def test_a_share_of_a_real_gpu_gets_mps_limits_that_the_task_can_override(tmp_pa
 # -- refresh, start and close ---------------------------------------------------------------
 
 
-def test_refresh_cleans_scratch_and_recycles_after_python(tmp_path: Path) -> None:
+def test_refresh_cleans_scratch_and_keeps_a_worker_for_its_tenant(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     with LocalBackend(DEVICES, tmp_path / "a", clock) as b:
         assert b.refresh(GPU3) == (True, "scratch emptied; no worker started yet")
@@ -160,9 +160,19 @@ def test_refresh_cleans_scratch_and_recycles_after_python(tmp_path: Path) -> Non
         assert Path(ev.result).exists()
         ok, detail = b.refresh(GPU0)
         assert ok, detail
-        assert "restarted" in detail
+        assert "kept" in detail  # the default, per-tenant: warm for the same tenant
         assert not Path(ev.result).exists()
-        assert b.worker_pid(GPU0) not in (None, first)  # a payload ran: recycled
+        assert b.worker_pid(GPU0) == first
+        assert run(b, task("p2", GPU0, tmp_path, None, getpid))["p2"].result == first
+        assert b.refresh(GPU0)[0]
+        # another tenant's task: not in a process where the first tenant's Python ran
+        other = dataclasses.replace(task("o", GPU0, tmp_path, None, getpid), tenant="other")
+        fresh = run(b, other)["o"].result
+        assert fresh not in (None, first) and b.worker_pid(GPU0) == fresh
+        assert b.refresh(GPU0)[0]
+        # ... and a command of the first tenant after it: the worker is replaced again
+        run(b, task("c2", GPU0, tmp_path, "true"))
+        assert b.worker_pid(GPU0) not in (None, first, fresh)
         b.launch(task("busy", GPU0, tmp_path, "sleep 100"))
         started(b, "busy")
         ok, detail = b.refresh(GPU0)
@@ -170,7 +180,8 @@ def test_refresh_cleans_scratch_and_recycles_after_python(tmp_path: Path) -> Non
         assert "busy" in detail
         with pytest.raises(KeyError, match="known: l4box/gpu0"):
             b.refresh("nohost/gpu9")
-    for policy, kind, recycled in (("never", "payload", False), ("always", "command", True)):
+    for policy, kind, recycled in (("never", "payload", False), ("always", "command", True),
+                                   ("after-python", "payload", True)):  # fmt: skip
         with LocalBackend(DEVICES, tmp_path / policy, clock, recycle=policy) as b:  # type: ignore[arg-type]
             spec = task(policy, GPU0, tmp_path, None, getpid)
             if kind == "command":
@@ -264,7 +275,8 @@ def test_a_lane_is_cleaned_before_its_next_task_while_the_device_stays_busy(
     tmp_path: Path,
 ) -> None:
     # the device cannot be refreshed while another lane runs: the lane that ended is
-    # cleaned (scratch emptied, its worker restarted after Python) before its next task
+    # cleaned (scratch emptied; its worker kept for the same tenant, replaced for another)
+    # before its next task
     with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
         b.launch(task("long", GPU0, tmp_path, "sleep 100"))
         started(b, "long")
@@ -274,7 +286,9 @@ def test_a_lane_is_cleaned_before_its_next_task_while_the_device_stays_busy(
             run(b, task("y", GPU0, tmp_path, None, env_values, job="jy"))["y"].result[
                 "ACCELNET_SCRATCH"])  # fmt: skip
         assert run(b, task("z", GPU0, tmp_path, None, read_scratch, job="jz"))["z"].result == []
-        assert run(b, task("pid2", GPU0, tmp_path, None, getpid))["pid2"].result != pid
+        assert run(b, task("pid2", GPU0, tmp_path, None, getpid))["pid2"].result == pid
+        other = dataclasses.replace(task("pid3", GPU0, tmp_path, None, getpid), tenant="b")
+        assert run(b, other)["pid3"].result != pid  # another tenant: not where a's Python ran
 
 
 def test_a_device_not_refreshed_between_tasks_is_cleaned_even_with_nothing_else_running(
@@ -282,8 +296,10 @@ def test_a_device_not_refreshed_between_tasks_is_cleaned_even_with_nothing_else_
 ) -> None:
     # the controller does not refresh a device another job still holds (a packed gang whose
     # rank here ended while its other rank runs on): lane 0's next task, with no other task
-    # running, still gets an empty scratch and, after Python, a new worker
-    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+    # running, still gets an empty scratch and, after Python, a new worker ("after-python";
+    # the default, per-tenant, keeps it for the same tenant: the test above)
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True,
+                      recycle="after-python") as b:  # fmt: skip
         run(b, task("x", GPU0, tmp_path, None, write_scratch, job="jx"))
         pid = run(b, task("pid", GPU0, tmp_path, None, getpid, job="jp"))["pid"].result
         assert run(b, task("z", GPU0, tmp_path, None, read_scratch, job="jz"))["z"].result == []
@@ -324,3 +340,19 @@ def test_a_lane_whose_cleaning_failed_is_still_cleaned_before_its_next_task(
         assert ev.kind is TaskEventKind.FAILED and "could not empty" in (ev.error or "")
         monkeypatch.setattr(b, "_empty", real)  # the fault goes away
         assert run(b, task("t3", GPU0, tmp_path, None, read_scratch, job="j3"))["t3"].result == []
+
+
+def test_a_task_that_asks_for_a_fresh_worker_leaves_its_process_to_no_other(
+    tmp_path: Path,
+) -> None:
+    # as Ray's max_calls=1: the worker its Python ran in is replaced before the next task,
+    # of the same tenant too (refreshed or not in between); without the ask it stays warm
+    with LocalBackend(DEVICES, tmp_path / "w", ManualClock(T0), emulated=True) as b:
+        warm = run(b, task("a", GPU0, tmp_path, None, getpid))["a"].result
+        assert run(b, task("b", GPU0, tmp_path, None, getpid))["b"].result == warm
+        asks = dataclasses.replace(task("c", GPU0, tmp_path, None, getpid), fresh_worker=True)
+        assert run(b, asks)["c"].result == warm  # it runs where it finds the worker
+        after = run(b, task("d", GPU0, tmp_path, None, getpid))["d"].result
+        assert after not in (None, warm)
+        assert b.refresh(GPU0)[0]
+        assert run(b, task("e", GPU0, tmp_path, None, getpid))["e"].result == after

@@ -36,6 +36,8 @@ class TaskSpec:
     ``share`` is the part of each device the placement gives the job: below 1 for a job
     that asked for a fraction of one, or that the scheduler packed beside another on the
     same devices (space sharing); tasks see it as ``ACCELNET_DEVICE_SHARE``.
+    ``fresh_worker``: the job asked that no task after this one run in the process this
+    one's Python ran in (the worker is replaced before the device's next task).
     """
 
     task_id: str
@@ -53,6 +55,7 @@ class TaskSpec:
     inputs: dict[str, str] = field(default_factory=dict)
     tenant: str = "default"
     share: float = 1.0
+    fresh_worker: bool = False
 
 
 class TaskEventKind(StrEnum):

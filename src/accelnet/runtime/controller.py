@@ -8,7 +8,7 @@ tasks are cancelled. Time comes from the injected clock; there is no simulation 
 
 A job of N devices runs as N tasks (ranks). It succeeds when every rank succeeds; when one
 fails the others are cancelled and the job is requeued while its retry budget lasts.
-Released devices are refreshed (worker recycled, scratch cleaned) before reuse. A job that
+Released devices are refreshed (scratch cleaned, worker checked) before reuse. A job that
 consumes earlier jobs' outputs (``inputs``) is held, PENDING, until they have succeeded
 (:mod:`accelnet.runtime.inputs`), and fails if one of them fails or is cancelled.
 

@@ -75,6 +75,7 @@ def _task_spec(
         inputs=dict(rec.inputs),
         tenant=rec.spec.tenant,
         share=placement.share,
+        fresh_worker=rec.spec.fresh_worker,
     )
 
 

@@ -59,8 +59,8 @@ from accelnet.runtime.local_workers import (
 from accelnet.runtime.runas import OsUser, RunAsError, TenantUsers, hand_over, task_identity
 from accelnet.runtime.taskenv import mps_env, task_env_delta
 
-Recycle = Literal["always", "after-python", "never"]
-RECYCLE_POLICIES: tuple[Recycle, ...] = ("always", "after-python", "never")
+Recycle = Literal["per-tenant", "always", "after-python", "never"]
+RECYCLE_POLICIES: tuple[Recycle, ...] = ("per-tenant", "always", "after-python", "never")
 
 _INLINE_PAYLOAD_BYTES = 64 * 1024  # larger payloads go through a file: launch never blocks
 
@@ -71,9 +71,13 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     ``devices`` maps device ids to devices (e.g. ``fabric.devices``); ``workdir`` holds the
     per-device scratch dirs (``scratch/<host>/<name>``, exported as ``ACCELNET_SCRATCH``),
     the workers' own logs (``workers/<host>/<name>.log``) and spilled payloads. ``recycle``
-    says when :meth:`refresh` restarts a device's worker: ``"always"``, ``"after-python"``
-    (when a payload ran in it since the last refresh: payloads can leave imports and global
-    state behind) or ``"never"``. ``emulated`` fabrics run every task with
+    says when a device's worker is restarted. ``"per-tenant"`` (the default): a worker in
+    which a tenant's Python ran (a payload run in the worker's own process: imports and
+    global state stay behind) is kept for that tenant's next tasks, as Ray keeps a job's
+    workers, and replaced before a task of another tenant; a payload run as a tenant's user
+    (``run_as``) runs in a child of the worker, which stays clean. ``"always"``: at every
+    :meth:`refresh`; ``"after-python"``: at the refresh after a payload ran in it (any
+    tenant); ``"never"``. ``emulated`` fabrics run every task with
     ``CUDA_VISIBLE_DEVICES=""`` and ``ACCELNET_EMULATED=1``. Data hand-off
     (:mod:`accelnet.runtime.handoff`): jobs' outputs in ``<workdir>/outputs/<job>``, each
     attempt's shared memory in a folder under ``shm_base`` (default ``/dev/shm``).
@@ -98,7 +102,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         devices: Mapping[str, Device],
         workdir: str | Path,
         clock: Clock,
-        recycle: Recycle = "after-python",
+        recycle: Recycle = "per-tenant",
         emulated: bool = False,
         *,
         kill_grace_s: float = 1.0,
@@ -159,15 +163,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._check_open()
         check_launch(task, self._tasks)
         device = self._device(task.device)
-        lane = 0
-        while True:  # the first lane of the device whose worker is free (or not started)
-            w = self._workers.get(lane_key(device.id, lane))
-            if w is not None:
-                self._pool.drain(w)  # a worker that died is noticed here (EOF) or when sent to
-            w = self._workers.get(lane_key(device.id, lane))
-            if w is None or w.task is None:
-                break
-            lane += 1
+        lane, w = self._free_lane(device)
         scratch = self._pool.scratch(device, lane)
         python = self._dirty.get((device.id, lane))
         if python is not None:  # it ran a task and the device was not refreshed since
@@ -179,6 +175,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                 self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
                 return
             del self._dirty[device.id, lane]
+        if w is not None and (w.spent or (w.python_of not in (None, task.tenant)
+                                           and self._recycle != "never")):  # fmt: skip
+            self._pool.stop(w)  # another tenant's Python ran in it, or its task asked
+            w = None
         req: dict[str, Any] = {
             "task_id": task.task_id,
             "command": task.command,
@@ -216,6 +216,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             user = self._users.get(task.tenant)
             if user is not None:
                 self._hand_over(task, scratch, user, req)
+            elif task.payload is not None:
+                w.python_of = task.tenant  # it runs in the worker's own process
+            w.spent = task.fresh_worker
         except (OSError, RunAsError) as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
@@ -228,6 +231,18 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._tasks[task.task_id] = w.key
         self._running_on[device.id] = self._running_on.get(device.id, 0) + 1
         self._pool.send(w, ("run", req))
+
+    def _free_lane(self, device: Device) -> tuple[int, _Worker | None]:
+        """The first lane of ``device`` whose worker is free or not started, and its worker."""
+        lane = 0
+        while True:
+            w = self._workers.get(lane_key(device.id, lane))
+            if w is not None:
+                self._pool.drain(w)  # a worker that died is noticed here (EOF) or when sent to
+            w = self._workers.get(lane_key(device.id, lane))
+            if w is None or w.task is None:
+                return lane, w
+            lane += 1
 
     def _hand_over(self, task: TaskSpec, scratch: Path, user: OsUser, req: dict[str, Any]) -> None:
         """Make ``task`` run as ``user`` (:mod:`accelnet.runtime.runas`): its scratch folder

@@ -62,6 +62,8 @@ class _Worker:
     pong: int = -1
     dead: bool = False
     sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
+    python_of: str | None = None  # the tenant whose payloads ran in this process, if any
+    spent: bool = False  # a task that asked for a fresh worker ran: replace before the next
     beat: float = 0.0  # when it was last heard from (the injected clock)
 
     @property

@@ -61,7 +61,7 @@ class AgentSetup:
     session: str  # the driver's session (folder names)
     driver_workdir: str
     token: str  # found in ``<driver_workdir>/.ray-<session>``: a shared file system
-    recycle: Recycle = "after-python"
+    recycle: Recycle = "per-tenant"
     kill_grace_s: float = 1.0
     heartbeat_s: float | None = 1.0
     ping_timeout_s: float = 10.0

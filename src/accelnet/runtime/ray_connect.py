@@ -129,7 +129,7 @@ class RayOptions:
     namespace: str | None = "accelnet"
     cpu_devices: CpuMode = "per-core"
     network: str = DEFAULT_NETWORK
-    recycle: Recycle = "after-python"
+    recycle: Recycle = "per-tenant"
     kill_grace_s: float = 1.0
     heartbeat_s: float | None = 1.0
     ping_timeout_s: float = 10.0

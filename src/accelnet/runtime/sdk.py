@@ -149,7 +149,7 @@ class LocalCluster(DeviceOps):
         workdir: str | Path | None = None,
         db: str | Path | None = None,
         scheduler: Scheduler | None = None,
-        recycle: Recycle = "after-python",
+        recycle: Recycle = "per-tenant",
         *,
         policy: RemediationPolicy | str | Path | None = None,
         faults: Iterable[Fault] = (),

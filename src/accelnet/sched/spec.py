@@ -295,6 +295,12 @@ class JobSpec(SpecModel):
         None, ge=0, description="finish by: seconds on the scheduler's clock, or ISO time"
     )
     timeout_s: StrictFloat | None = Field(None, gt=0, description="kill a task after this long")
+    fresh_worker: StrictBool = Field(
+        False,
+        description="replace the worker process after each of this job's tasks (as Ray's "
+        "max_calls=1): nothing its Python imported or left behind reaches the next task. "
+        "By default a worker stays warm for the same tenant's next task",
+    )
 
     @field_validator("deadline", mode="before")
     @classmethod
