@@ -1,24 +1,30 @@
-"""Local dispatch benchmark: many trivial tasks through the whole system, accelnet and Ray.
+"""Local dispatch benchmark: many short tasks through the whole system, accelnet and Ray.
 
-What is measured, all in one run so that the ratios are side by side on the same machine:
+What is measured, all in one run so that the ratios are side by side on the same machine
+(each configuration once per repeat, in turn, so that all see the same machine noise):
 
-1. **accelnet, throughput**: ``LocalCluster(recycle="never")`` on this machine's discovered
-   fabric (one CPU device per core; each device has one long-lived worker process). After
+1. **accelnet, default settings**: ``LocalCluster()`` as a user gets it (the ``per-tenant``
+   worker policy: a device's worker stays warm for the same tenant) on this machine's
+   discovered fabric (one CPU device per core, one long-lived worker process each). After
    the cluster is up and warmed (``--warmup`` tasks, so that every worker has started), the
-   main thread submits ``--tasks`` trivial tasks as fast as it can (``cluster.submit(stamp,
-   accelerators="any:1")``) and then waits for every one (``Job.wait``). Everything goes
-   through the real path: job spec validation, cloudpickle, the store (``MemoryStore``, the
-   SDK's default), the controller's reconcile loop and scheduler, the local backend and its
+   main thread submits ``--tasks`` trivial tasks as fast as it can (``cluster.submit(stamp)``)
+   and then waits for every one (``Job.wait``). Everything goes through the real path: job
+   spec validation, cloudpickle, the store (``MemoryStore``, the SDK's default), the
+   controller's reconcile loop and scheduler, energy accounting, the local backend and its
    worker processes, and the device refresh between jobs.
-2. **accelnet, recycling**: the same with the default ``recycle="after-python"`` (a device's
-   worker is restarted after every Python task) and ``--recycle-tasks`` tasks, to show what
-   recycling costs. Reported apart; it is not the throughput figure.
-3. **Ray, normal mode**: ``ray.init(num_cpus=2, include_dashboard=False)`` (``num_cpus`` is
+2. **accelnet, recycle="never"**: the same, workers never replaced.
+3. **accelnet, 10 ms tasks**: default settings, ``--sleep-tasks`` tasks that sleep 10 ms.
+4. **accelnet, recycle="after-python"** (the default until 2026-12-05: a device's worker
+   restarted after every Python task), ``--recycle-tasks`` tasks: what recycling costs.
+5. **bursts**: default settings, ``--bursts`` sizes (default 250, 1,000, 3,000 tasks), to
+   show whether tasks/s stays flat as the burst grows (the main run is the largest).
+6. **Ray, normal mode**: ``ray.init(num_cpus=2, include_dashboard=False)`` (``num_cpus`` is
    ``--ray-cpus``, by default this machine's core count, so both systems have the same
-   number of worker processes), warmed the same way, then ``--tasks`` calls of the same
-   function as a ``@ray.remote`` task, submitted from the main thread, then one ``ray.get``.
-4. **Ray, local mode**: ``ray.init(local_mode=True)`` is tried; Ray removed it (recent
-   versions raise ``RuntimeError``), in which case the error is recorded and nothing else.
+   number of worker processes), warmed the same way, then the same tasks as ``@ray.remote``
+   calls from the main thread, then one ``ray.get``: for the trivial tasks, the 10 ms tasks
+   and each burst. Ray's local mode is tried and recorded (recent versions removed it).
+
+Each configuration's accelnet figure is divided by Ray's for the same tasks.
 
 The task is ``stamp()``, a module-level function that returns ``time.time_ns()`` (an int):
 the moment it started, read inside the worker. Figures of each run:
@@ -36,10 +42,14 @@ the moment it started, read inside the worker. Figures of each run:
   ``finished_at - submitted_at``. ``submitted_at`` is stamped inside ``submit`` (after the
   SDK's lock is taken) and ``started_at`` when the controller handles the STARTED event.
 
+- **CPU per task**: the CPU time (user + system) of this process and every process under
+  it (accelnet's workers; Ray's raylet, GCS and workers, which a local ``ray.init`` starts
+  as its children) during the timed window, divided by the tasks: what a task costs the
+  machine, whichever process pays it.
+
 Percentiles are over the tasks of one run; every figure is then the median over
 ``--repeats`` runs, and each run gets a fresh cluster (accelnet) or a fresh ``ray.init``
-(Ray). Start-up and warm-up are outside the timed window for both systems. Runs of the
-systems are interleaved repeat by repeat, so both see the same machine noise.
+(Ray). Start-up and warm-up are outside the timed window for both systems.
 
 Diagnosis (always, under a second): one ``Scheduler.decide`` (full rescan) and one
 ``Session.decide`` (incremental, what the controller runs) on this machine's fabric with
@@ -53,12 +63,12 @@ Run from the project root (Ray is optional: ``.venv/bin/pip install "ray[default
 without it the Ray rows are skipped)::
 
     .venv/bin/python bench/dispatch_bench.py [--tasks 10000] [--repeats 3]
-                                             [--recycle-tasks 500] [--warmup 20]
+                                             [--sleep-tasks 1000] [--recycle-tasks 200]
+                                             [--bursts 250,1000,3000] [--warmup 20]
                                              [--profile --profile-tasks 2000]
 
-On a 2-core machine the defaults take about 2 minutes (an accelnet run of 10,000 tasks
-takes about 4 s, as does Ray's, plus its start; the recycling runs about 25 s; at commit
-aeaa752 one accelnet run could take 7 minutes, see BENCHMARKS.md). It prints a table and writes
+On a 2-core machine the defaults take about 8 minutes (most of it Ray's starts and the
+recycling runs). It prints a table and writes
 ``bench/results/dispatch.json`` (per-run figures, the medians, the ratios, the diagnosis,
 the command line, the versions and the machine).
 """
@@ -85,6 +95,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -108,6 +119,29 @@ def stamp() -> int:
     return time.time_ns()
 
 
+def nap_stamp() -> int:
+    """A 10 ms task: when it started (ns since the epoch), after sleeping 10 ms."""
+    t = time.time_ns()
+    time.sleep(0.01)
+    return t
+
+
+TASKS: dict[str, Callable[[], int]] = {"trivial": stamp, "10 ms": nap_stamp}
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of every process under it now."""
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 @dataclass
 class RunResult:
     """One timed run of one system: throughput and latency percentiles (ms)."""
@@ -123,6 +157,7 @@ class RunResult:
     record_start_ms: dict[str, float] = field(default_factory=dict)  # accelnet records
     record_finish_ms: dict[str, float] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    cpu_ms_per_task: float = 0.0  # this process and those under it, in the timed window
 
 
 def percentiles(xs: Sequence[float]) -> dict[str, float]:
@@ -155,16 +190,25 @@ def submit_all(submit: Callable[[], Any], n: int) -> tuple[list[Any], list[float
 
 
 def run_accelnet(
-    tasks: int, recycle: Recycle, warmup: int, timeout: float, workdir: Path
+    tasks: int,
+    recycle: Recycle | None,
+    warmup: int,
+    timeout: float,
+    workdir: Path,
+    kind: str = "trivial",
 ) -> RunResult:
-    """One timed accelnet run on a fresh cluster."""
-    with LocalCluster(workdir=workdir, recycle=recycle) as cluster:
+    """One timed accelnet run on a fresh cluster (``recycle`` None: the default policy)."""
+    fn = TASKS[kind]
+    extra: dict[str, Any] = {} if recycle is None else {"recycle": recycle}
+    with LocalCluster(workdir=workdir, **extra) as cluster:
         warm_accelnet(cluster, warmup)
         gc.collect()
-        jobs, stamps, t0, submit_s = submit_all(lambda: cluster.submit(stamp), tasks)
+        cpu0 = tree_cpu_s()
+        jobs, stamps, t0, submit_s = submit_all(lambda: cluster.submit(fn), tasks)
         end = time.monotonic() + timeout
         records = [job.wait(max(0.0, end - time.monotonic())) for job in jobs]
         wall = time.perf_counter() - t0
+        cpu = tree_cpu_s() - cpu0
         devices = len(cluster.fabric.devices)
     bad = [r for r in records if r.state is not JobState.SUCCEEDED]
     if bad:
@@ -175,7 +219,7 @@ def run_accelnet(
     rec_finish = [_at(r.finished_at) - r.submitted_at for r in records]
     return RunResult(
         system="accelnet",
-        mode=f"recycle={recycle}",
+        mode=f"{kind}, " + ("default settings" if recycle is None else f"recycle={recycle}"),
         tasks=tasks,
         wall_s=wall,
         submit_s=submit_s,
@@ -184,7 +228,8 @@ def run_accelnet(
         finish_ms=percentiles(finish),
         record_start_ms=percentiles(rec_start),
         record_finish_ms=percentiles(rec_finish),
-        notes={"devices": devices},
+        notes={"devices": devices, "recycle": recycle or "per-tenant (the default)"},
+        cpu_ms_per_task=cpu / tasks * 1e3,
     )
 
 
@@ -198,14 +243,14 @@ def _at(t: float | None) -> float:
 def profile_accelnet(
     tasks: int, warmup: int, timeout: float, workdir: Path, top: int
 ) -> dict[str, Any]:
-    """One untimed ``recycle="never"`` pass under cProfile: where each thread's time goes.
+    """One untimed pass (default settings) under cProfile: where each thread's time goes.
 
     cProfile sees one thread per profiler, so the controller thread gets its own, by
     wrapping ``LocalCluster._loop`` on the instance (``src/`` is not touched); the main
     thread's covers the submit loop and the waiting.
     """
     loop_prof, main_prof = cProfile.Profile(), cProfile.Profile()
-    cluster = LocalCluster(workdir=workdir, recycle="never")
+    cluster = LocalCluster(workdir=workdir)
     inner = cluster._loop
 
     def profiled_loop() -> None:
@@ -333,16 +378,19 @@ def init_ray(cpus: int, local_mode: bool) -> None:
     )
 
 
-def run_ray(tasks: int, cpus: int, warmup: int, local_mode: bool = False) -> RunResult:
+def run_ray(
+    tasks: int, cpus: int, warmup: int, local_mode: bool = False, kind: str = "trivial"
+) -> RunResult:
     """One timed Ray run on a fresh ``ray.init`` (normal mode: worker processes)."""
     import ray
 
     init_ray(cpus, local_mode)
     try:
-        remote_stamp = ray.remote(stamp)
+        remote_stamp = ray.remote(TASKS[kind])
         ray.get([remote_stamp.remote() for _ in range(warmup)], timeout=120)
         gc.collect()
         done_at: list[float] = [0.0] * tasks
+        cpu0 = tree_cpu_s()
         refs, stamps, t0, submit_s = submit_all(remote_stamp.remote, tasks)
         # Completion stamps: callbacks set after the submit loop, so that they do not slow it
         # down; a task already done when its callback is set is stamped at once, late by at
@@ -353,6 +401,7 @@ def run_ray(tasks: int, cpus: int, warmup: int, local_mode: bool = False) -> Run
         callbacks_s = time.perf_counter() - t_cb
         starts: list[int] = ray.get(refs)
         wall = time.perf_counter() - t0
+        cpu = tree_cpu_s() - cpu0
         _settle_callbacks(done_at)
     finally:
         ray.shutdown()
@@ -360,7 +409,7 @@ def run_ray(tasks: int, cpus: int, warmup: int, local_mode: bool = False) -> Run
     finish = [d - s for d, s in zip(done_at, stamps, strict=True)]
     return RunResult(
         system="ray",
-        mode=("local mode" if local_mode else "normal") + f" (num_cpus={cpus})",
+        mode=f"{kind}, " + ("local mode" if local_mode else "normal") + f" (num_cpus={cpus})",
         tasks=tasks,
         wall_s=wall,
         submit_s=submit_s,
@@ -368,6 +417,7 @@ def run_ray(tasks: int, cpus: int, warmup: int, local_mode: bool = False) -> Run
         start_ms=percentiles(start),
         finish_ms=percentiles(finish),
         notes={"num_cpus": cpus, "callbacks_s": callbacks_s},
+        cpu_ms_per_task=cpu / tasks * 1e3,
     )
 
 
@@ -420,6 +470,7 @@ def median_run(runs: Sequence[RunResult]) -> dict[str, Any]:
         "wall_s": statistics.median(r.wall_s for r in runs),
         "submit_s": statistics.median(r.submit_s for r in runs),
         "submits_per_s": statistics.median(r.tasks / r.submit_s for r in runs),
+        "cpu_ms_per_task": statistics.median(r.cpu_ms_per_task for r in runs),
         "start_ms": med(lambda r: r.start_ms),
         "finish_ms": med(lambda r: r.finish_ms),
         "record_start_ms": med(lambda r: r.record_start_ms) if runs[0].record_start_ms else {},
@@ -429,11 +480,49 @@ def median_run(runs: Sequence[RunResult]) -> dict[str, Any]:
 
 def ratios(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
     """accelnet / Ray: tasks/s (above 1: accelnet faster), latencies (above 1: slower)."""
-    out = {"tasks_per_s": a["tasks_per_s"] / b["tasks_per_s"]}
+    out = {"tasks_per_s": a["tasks_per_s"] / b["tasks_per_s"],
+           "cpu_per_task": a["cpu_ms_per_task"] / b["cpu_ms_per_task"]}  # fmt: skip
     for kind in ("start_ms", "finish_ms"):
         for p in ("p50", "p99"):
             out[f"{kind[:-3]}_{p}"] = a[kind][p] / b[kind][p]
     return out
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration timed once per repeat: a label, the system and how to run it,
+    and (accelnet) the Ray configuration it is compared with."""
+
+    name: str
+    label: str
+    system: str  # "accelnet" or "ray"
+    kind: str  # a key of TASKS
+    tasks: int
+    recycle: Recycle | None = None  # accelnet: None is the default policy
+    versus: str | None = None  # accelnet: the Ray config of the same tasks
+
+
+def configs(args: argparse.Namespace, with_ray: bool) -> list[Config]:
+    """Every configuration of a repeat, in the order they run."""
+    out = [
+        Config("accelnet", "accelnet, default settings", "accelnet", "trivial", args.tasks,
+               versus="ray"),
+        Config("ray", "Ray", "ray", "trivial", args.tasks),
+        Config("accelnet_never", "accelnet, recycle=never", "accelnet", "trivial", args.tasks,
+               recycle="never", versus="ray"),
+        Config("accelnet_sleep", "accelnet, 10 ms tasks", "accelnet", "10 ms", args.sleep_tasks,
+               versus="ray_sleep"),
+        Config("ray_sleep", "Ray, 10 ms tasks", "ray", "10 ms", args.sleep_tasks),
+        Config("accelnet_recycle", "accelnet, recycle=after-python", "accelnet", "trivial",
+               args.recycle_tasks, recycle="after-python", versus="ray"),
+    ]  # fmt: skip
+    for n in args.bursts:
+        out += [
+            Config(f"accelnet_burst_{n}", f"accelnet, a burst of {n:,}", "accelnet", "trivial",
+                   n, versus=f"ray_burst_{n}"),
+            Config(f"ray_burst_{n}", f"Ray, a burst of {n:,}", "ray", "trivial", n),
+        ]  # fmt: skip
+    return [c for c in out if with_ray or c.system == "accelnet"]
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -441,7 +530,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     source = source_state()
     load_before = os.getloadavg()
     ray_ver = None if args.no_ray else ray_version()
-    runs: dict[str, list[RunResult]] = {"accelnet": [], "accelnet_recycle": [], "ray": []}
+    plan = configs(args, ray_ver is not None)
+    runs: dict[str, list[RunResult]] = {c.name: [] for c in plan}
     local_mode: dict[str, Any] = {"supported": None, "error": "Ray not installed or --no-ray"}
     workdir = Path(args.workdir) if args.workdir else None
     columns = (
@@ -459,34 +549,17 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             task = progress.add_task("Ray local mode: is it still there?", total=1)
             local_mode = ray_local_mode_support(args.ray_cpus)
             progress.advance(task)
-        per_repeat = 2 + (ray_ver is not None) * (1 + bool(local_mode["supported"]))
-        task = progress.add_task("runs", total=args.repeats * per_repeat)
+        task = progress.add_task("runs", total=args.repeats * len(plan))
         for i in range(args.repeats):
-            progress.update(task, description=f"repeat {i + 1}: accelnet, {args.tasks:,} tasks")
-            runs["accelnet"].append(
-                run_accelnet(args.tasks, "never", args.warmup, args.timeout, base / f"n{i}")
-            )
-            progress.advance(task)
-            if ray_ver is not None:
-                progress.update(task, description=f"repeat {i + 1}: Ray, {args.tasks:,} tasks")
-                runs["ray"].append(run_ray(args.tasks, args.ray_cpus, args.warmup))
+            for c in plan:
+                progress.update(task, description=f"repeat {i + 1}: {c.label}, {c.tasks:,} tasks")
+                if c.system == "accelnet":
+                    r = run_accelnet(c.tasks, c.recycle, args.warmup, args.timeout,
+                                     base / f"{c.name}-{i}", c.kind)  # fmt: skip
+                else:
+                    r = run_ray(c.tasks, args.ray_cpus, args.warmup, kind=c.kind)
+                runs[c.name].append(r)
                 progress.advance(task)
-                if local_mode["supported"]:
-                    progress.update(task, description=f"repeat {i + 1}: Ray local mode")
-                    runs.setdefault("ray_local", []).append(
-                        run_ray(args.tasks, args.ray_cpus, args.warmup, local_mode=True)
-                    )
-                    progress.advance(task)
-            progress.update(
-                task,
-                description=f"repeat {i + 1}: accelnet recycling, {args.recycle_tasks:,} tasks",
-            )
-            runs["accelnet_recycle"].append(
-                run_accelnet(
-                    args.recycle_tasks, "after-python", args.warmup, args.timeout, base / f"r{i}"
-                )
-            )
-            progress.advance(task)
         task = progress.add_task("Scheduler.decide vs queue length", total=1)
         decide = decide_cost(sorted({100, 1000, args.tasks, 10_000}), repeats=5)
         progress.advance(task)
@@ -500,12 +573,11 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             )
             progress.advance(task)
     medians = {name: median_run(rs) for name, rs in runs.items() if rs}
-    result_ratios = {}
-    if "ray" in medians:
-        result_ratios["accelnet_over_ray"] = ratios(medians["accelnet"], medians["ray"])
-        result_ratios["accelnet_recycle_over_ray"] = ratios(
-            medians["accelnet_recycle"], medians["ray"]
-        )
+    result_ratios = {
+        f"{c.name}_over_ray": ratios(medians[c.name], medians[c.versus])
+        for c in plan
+        if c.versus is not None and c.versus in medians
+    }
     accel_devices = runs["accelnet"][0].notes["devices"]
     return {
         "schema": "accelnet.bench.dispatch/v1",
@@ -514,11 +586,14 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "argv": sys.argv,
         "parameters": {
             "tasks": args.tasks,
+            "sleep_tasks": args.sleep_tasks,
+            "bursts": args.bursts,
             "recycle_tasks": args.recycle_tasks,
             "repeats": args.repeats,
             "warmup": args.warmup,
             "ray_cpus": args.ray_cpus,
-            "task": "stamp(): return time.time_ns()",
+            "task": "stamp(): return time.time_ns(); nap_stamp(): the same, then sleep 10 ms",
+            "configs": [asdict(c) for c in plan],
         },
         "machine": {
             "cpu_count": os.cpu_count(),
@@ -548,55 +623,33 @@ def report(result: dict[str, Any], console: Console) -> None:
     """Print the figures as a rich table (and the profile, if one was taken)."""
     p, m, med = result["parameters"], result["machine"], result["medians"]
     table = Table(
-        title="Local dispatch: trivial tasks through the whole system",
+        title="Local dispatch: short tasks through the whole system, accelnet and Ray",
         caption=f"medians of {p['repeats']} repeats, side by side in one run; "
         f"{m['cpu_count']} cores, accelnet {m['accelnet']} ({m['accelnet_devices']} devices), "
         f"Ray {m['ray'] or 'not run'}, Python {m['python']}; src at {src_label(result['source'])}",
     )
-    for col in ("system", "tasks", "tasks/s", "submit/s"):
-        table.add_column(col, justify="left" if col == "system" else "right")
+    for col in ("configuration", "tasks", "tasks/s", "vs Ray", "CPU ms/task"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
     for col in ("start p50", "start p99", "finish p50", "finish p99"):
         table.add_column(f"{col} (ms)", justify="right")
-
-    def row(label: str, r: dict[str, Any]) -> None:
+    for c in p["configs"]:
+        r = med.get(c["name"])
+        if r is None:
+            continue
+        ratio = result["ratios"].get(f"{c['name']}_over_ray")
         table.add_row(
-            label, f"{r['tasks']:,}", f"{r['tasks_per_s']:,.0f}", f"{r['submits_per_s']:,.0f}",
+            c["label"], f"{r['tasks']:,}", f"{r['tasks_per_s']:,.0f}",
+            "" if ratio is None else f"{ratio['tasks_per_s']:.2f}x",
+            f"{r['cpu_ms_per_task']:.2f}",
             f"{r['start_ms']['p50']:,.1f}", f"{r['start_ms']['p99']:,.1f}",
             f"{r['finish_ms']['p50']:,.1f}", f"{r['finish_ms']['p99']:,.1f}",
         )  # fmt: skip
-
-    def record_row(label: str, r: dict[str, Any]) -> None:
-        table.add_row(
-            label, "", "", "",
-            f"{r['record_start_ms']['p50']:,.1f}", f"{r['record_start_ms']['p99']:,.1f}",
-            f"{r['record_finish_ms']['p50']:,.1f}", f"{r['record_finish_ms']['p99']:,.1f}",
-        )  # fmt: skip
-
-    row("accelnet, recycle=never", med["accelnet"])
-    record_row("  (from job records)", med["accelnet"])
-    if "ray" in med:
-        row(f"Ray {med['ray']['mode']}", med["ray"])
-    if "ray_local" in med:
-        row(f"Ray {med['ray_local']['mode']}", med["ray_local"])
-    row("accelnet, recycle=after-python", med["accelnet_recycle"])
-    record_row("  (from job records)", med["accelnet_recycle"])
-    if "accelnet_over_ray" in result["ratios"]:
-        for key, label in (
-            ("accelnet_over_ray", "ratio accelnet / Ray"),
-            ("accelnet_recycle_over_ray", "ratio recycling / Ray"),
-        ):
-            r = result["ratios"][key]
-            table.add_row(
-                label, "", f"{r['tasks_per_s']:.2f}x", "",
-                f"{r['start_p50']:.1f}x", f"{r['start_p99']:.1f}x",
-                f"{r['finish_p50']:.1f}x", f"{r['finish_p99']:.1f}x",
-            )  # fmt: skip
     console.print(table)
     console.print(
         "start = submit call -> the task's own time.time_ns(); finish = submit call -> the "
         "driver knows it is done (accelnet: record.finished_at; Ray: completion callback). "
-        "Job-record rows: started_at/finished_at - submitted_at. Latency ratios above 1 mean "
-        "accelnet is slower."
+        "vs Ray: accelnet's tasks/s over Ray's for the same tasks (above 1: accelnet faster). "
+        "CPU: this process and every process under it during the timed window."
     )
     lm = result["ray_local_mode"]
     if lm["supported"] is False:
@@ -632,7 +685,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks per throughput run")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration")
     parser.add_argument(
-        "--recycle-tasks", type=int, default=500, help="tasks of the recycle=after-python run"
+        "--recycle-tasks", type=int, default=200, help="tasks of the recycle=after-python run"
+    )
+    parser.add_argument("--sleep-tasks", type=int, default=1000, help="tasks of 10 ms per run")
+    parser.add_argument(
+        "--bursts",
+        type=lambda v: [int(x) for x in v.split(",") if x.strip()],
+        default=[250, 1000, 3000],
+        help="burst sizes, comma-separated (empty: none)",
     )
     parser.add_argument("--warmup", type=int, default=20, help="untimed tasks before timing")
     parser.add_argument(
@@ -650,9 +710,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workdir", help="accelnet work dirs under here (default: a tmp dir)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
-    for name in ("tasks", "repeats", "recycle_tasks", "warmup", "ray_cpus", "profile_tasks"):
+    for name in ("tasks", "repeats", "recycle_tasks", "sleep_tasks", "warmup", "ray_cpus",
+                 "profile_tasks"):  # fmt: skip
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if any(n < 1 for n in args.bursts):
+        parser.error(f"--bursts: sizes must be >= 1, got {args.bursts}")
     return args
 
 
