@@ -274,6 +274,47 @@ def test_atomic_writes_are_kept_together_or_not_at_all(store: Store) -> None:
     assert [e.kind for e in store.events("b-1")] == ["job:pending"]
 
 
+def test_a_failed_write_inside_a_transaction_undoes_itself_alone(tmp_path: Path) -> None:
+    # a write that fails inside an outer transaction (here: a job id already stored) takes
+    # back its own rows only; the outer transaction commits the rest (a savepoint)
+    store = SqliteStore(tmp_path / "s.db")
+    store.add(JobRecord("a", SPEC, JobState.PENDING, 1.0))
+    with store.atomic():
+        store.add(JobRecord("b", SPEC, JobState.PENDING, 2.0))
+        with pytest.raises(StoreError):
+            store.add(JobRecord("a", SPEC, JobState.PENDING, 2.0))
+        store.transition("b", JobState.ADMITTED, 2.0, "fits")
+    again = SqliteStore(tmp_path / "s.db")
+    assert [(j.id, j.state) for j in again.jobs()] == [
+        ("a", JobState.PENDING), ("b", JobState.ADMITTED)]  # fmt: skip
+    assert [e.kind for e in again.events("a")] == ["job:pending"]  # no second add logged
+    again.close()
+    store.close()
+
+
+def test_a_batch_commits_once_at_its_end_and_keeps_what_completed(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    other = SqliteStore(tmp_path / "s.db")  # another process's view of the file
+    with store.batch():
+        store.add(JobRecord("a", SPEC, JobState.PENDING, 1.0))
+        store.transition("a", JobState.ADMITTED, 1.0, "fits")
+        assert other.jobs() == []  # not committed yet: one commit for the whole batch
+    assert [(j.id, j.state) for j in other.jobs()] == [("a", JobState.ADMITTED)]
+    with pytest.raises(RuntimeError, match="controller bug"), store.batch():
+        store.add(JobRecord("b", SPEC, JobState.PENDING, 2.0))
+        with pytest.raises(IllegalTransitionError):
+            store.transition("b", JobState.SUCCEEDED, 2.0, "no")  # undone alone
+        raise RuntimeError("controller bug")
+    assert [(j.id, j.state) for j in other.jobs()] == [
+        ("a", JobState.ADMITTED), ("b", JobState.PENDING)]  # fmt: skip
+    memory = MemoryStore()
+    with memory.batch():  # nothing to flush: the writes are there at once
+        memory.add(JobRecord("m", SPEC, JobState.PENDING, 1.0))
+        assert [j.id for j in memory.jobs()] == ["m"]
+    other.close()
+    store.close()
+
+
 def test_idempotency_keys_are_per_tenant_and_forgotten_after_their_time(store: Store) -> None:
     a = IdempotencyRecord("vision", "k", "f1", ("j-1",), 10.0)
     store.keep_idempotency(a, 0.0)

@@ -178,8 +178,9 @@ class Controller:
         jid = job_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
         now = self.clock.now()
         rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload, inputs=inputs)
-        self.store.add(rec)
-        self._admit_or_hold(self._keep(rec), now)
+        with self.store.batch():  # stored and admitted in one commit
+            self.store.add(rec)
+            self._admit_or_hold(self._keep(rec), now)
         return jid
 
     def cancel(self, job_id: str) -> None:
@@ -208,7 +209,11 @@ class Controller:
     def apply(self, events: list[TaskEvent]) -> bool:
         """Apply task events, then decide again if anything changed (no waiting: callers
         that share the controller with other threads poll the backend outside their lock
-        and call this under it)."""
+        and call this under it). Its writes reach the store as one batch (one commit)."""
+        with self.store.batch():
+            return self._apply(events)
+
+    def _apply(self, events: list[TaskEvent]) -> bool:
         if isinstance(self.backend, SupportsMembership):  # machines first: their tasks' LOST
             for change in self.backend.take_node_changes():  # events find them OFFLINE
                 self._book.node_change(change)

@@ -454,8 +454,14 @@ class SqliteStore(Store):
 
     # ----- idempotency keys ---------------------------------------------------------
     def atomic(self) -> _Transaction:
-        """See :class:`Store`: one transaction (nested ones join it)."""
+        """See :class:`Store`: one transaction (nested ones join it, each a savepoint)."""
         return self._tx()
+
+    def batch(self) -> _Transaction:
+        """See :class:`Store`: one transaction, one commit (one fsync) for every write in
+        it; each write stays atomic on its own (a savepoint), and what completed is
+        committed even if the block ends with an exception."""
+        return _Transaction(self._db, self._lock, keep_on_error=True)
 
     def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
         """See :class:`Store`."""
@@ -553,22 +559,41 @@ def _idempotency_of(row: tuple[Any, ...]) -> IdempotencyRecord:
 
 
 class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on error), under the lock."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on error), under the lock. Inside
+    another transaction, a savepoint: an error undoes this block's writes alone, and the
+    outer transaction decides the rest. ``keep_on_error``: the outermost block commits
+    what its completed inner blocks wrote even when it ends with an exception (a batch)."""
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
+    def __init__(
+        self, db: sqlite3.Connection, lock: threading.RLock, keep_on_error: bool = False
+    ) -> None:
         self._db = db
         self._lock = lock
+        self._keep = keep_on_error
         self._outer = False
+        self._savepoint: str | None = None
 
     def __enter__(self) -> None:
         self._lock.acquire()
-        self._outer = not self._db.in_transaction
-        if self._outer:
-            self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._outer = not self._db.in_transaction
+            if self._outer:
+                self._db.execute("BEGIN IMMEDIATE")
+            else:
+                self._savepoint = f"sp{id(self):x}"
+                self._db.execute(f"SAVEPOINT {self._savepoint}")
+        except BaseException:
+            self._lock.release()
+            raise
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
             if self._outer:
-                self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+                ok = exc_type is None or self._keep
+                self._db.execute("COMMIT" if ok else "ROLLBACK")
+            elif self._savepoint is not None:
+                if exc_type is not None:
+                    self._db.execute(f"ROLLBACK TO {self._savepoint}")
+                self._db.execute(f"RELEASE {self._savepoint}")
         finally:
             self._lock.release()

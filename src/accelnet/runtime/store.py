@@ -223,6 +223,14 @@ class Store(ABC):
         calls wait until it ends (take a lock that callers of the store may hold, such as
         a cluster's, before it, never inside it). Nested: the outermost decides."""
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """A context whose writes become durable together when it ends (a controller's
+        tick: one commit instead of one per write). Unlike :meth:`atomic`, nothing is undone
+        when it ends with an exception: each write is atomic on its own, and what completed
+        is kept. Other threads' store calls wait until it ends. A store with nothing to
+        flush (this default) does nothing."""
+        return contextlib.nullcontext()
+
     @abstractmethod
     def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
         """The submission kept for ``tenant`` under ``key`` at ``since`` or later, or None."""
