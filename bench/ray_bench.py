@@ -6,13 +6,14 @@ as ``accelnet demo --backend ray`` starts them), each with ``--cpus`` CPUs and e
 many CPU devices (``accelnet.io/emulate: <cpus>xCPU-core``), so both systems have the same
 number of task slots: accelnet one worker process per device, Ray one task per CPU.
 
-1. **accelnet over Ray**: ``LocalCluster(ray=RayOptions(address, recycle="never"))`` on the
-   cluster (one agent actor per node, one worker per device; the controller, scheduler and
-   store in this process). After ``--warmup`` tasks (every worker started), the main thread
-   submits ``--tasks`` trivial tasks (``cluster.submit(stamp)``) as fast as it can, then
-   waits for every one. Everything goes through the real path: job spec, cloudpickle, the
-   store, the controller and scheduler, Ray actor calls to the agents, the agents' workers,
-   the events back, and the device refresh between jobs (a call to the node's agent).
+1. **accelnet over Ray**: ``LocalCluster(ray=RayOptions(address))``, default settings
+   (workers kept warm per tenant), on the cluster (one agent actor per node, one worker per
+   device; the controller, scheduler and store in this process). After ``--warmup`` tasks
+   (every worker started), the main thread submits ``--tasks`` trivial tasks
+   (``cluster.submit(stamp)``) as fast as it can, then waits for every one. Everything goes
+   through the real path: job spec, cloudpickle, the store, the controller and scheduler,
+   Ray actor calls to the agents, the agents' workers, the events back, and the device
+   refresh between jobs (a call to the node's agent).
 2. **plain Ray tasks**: ``ray.remote(stamp)`` (1 CPU each, Ray's default) on the same
    cluster and driver connection, warmed the same way, ``--tasks`` calls, one ``ray.get``.
 3. **one at a time** (both systems): ``--serial`` tasks, each submitted after the last one
@@ -106,7 +107,7 @@ def _at(t: float | None) -> float:
 
 def run_accelnet(address: str, args: argparse.Namespace, workdir: Path) -> RunResult:
     """One timed run on a fresh accelnet cluster over the Ray cluster."""
-    options = RayOptions(address=address, recycle="never")
+    options = RayOptions(address=address)  # default settings (recycle="per-tenant")
     with LocalCluster(workdir=workdir, ray=options) as cluster:
         for job in [cluster.submit(stamp) for _ in range(args.warmup)]:
             job.result(timeout=120)
