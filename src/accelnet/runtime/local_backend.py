@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,6 +146,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._pool.watch(self._wake_r)
 
     # -- the Backend contract ---------------------------------------------------------------
 
@@ -302,8 +302,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             ]
             if deadlines:
                 wait_s = max(0.0, min(wait_s, min(deadlines) - now))
-            ready = wait([self._wake_r, *(w.conn for w in self._workers.values())], wait_s)
-            if self._wake_r in ready:
+            if self._wake_r in self._pool.wait(wait_s):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 4096)
                 self._pool.collect()

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ from accelnet.runtime.taskenv import device_env, device_path, scrub_env
 
 _LIVENESS_CHECK_S = 1.0  # poll looks at worker processes at least this often
 _REAP_TIMEOUT_S = 10.0  # waiting for a SIGKILLed process to be reaped
+_READ = 1 << 16  # bytes read from a worker's connection at once
 
 
 @dataclass(slots=True)
@@ -63,6 +67,7 @@ class _Worker:
     dead: bool = False
     sys_path: list[str] | None = None  # the sys.path last sent (payloads import with it)
     python_of: str | None = None  # the tenant whose payloads ran in this process, if any
+    inbox: bytearray = field(default_factory=bytearray)  # bytes read, not yet a message
     spent: bool = False  # a task that asked for a fresh worker ran: replace before the next
     beat: float = 0.0  # when it was last heard from (the injected clock)
 
@@ -105,6 +110,11 @@ class _Pool:
         self._log_dirs: dict[str, str] = {}  # a task's log_dir -> resolved
         self._checked_at = 0.0  # when exit statuses were last read (monotonic)
         self._ping_token = 0
+        # one poll object for every worker's connection (and what the backend watches):
+        # waiting costs one system call, not a selector built per wait
+        self._poller = select.poll()
+        self._by_fd: dict[int, _Worker] = {}
+        self._watched: set[int] = set()  # other fds (the backend's wake-up pipe)
 
     # -- processes --------------------------------------------------------------------------
 
@@ -135,6 +145,8 @@ class _Pool:
             raise
         w = _Worker(device.id, proc, Connection(ours.detach()), log, lane)
         self.workers[w.key] = w
+        self._by_fd[w.conn.fileno()] = w
+        self._poller.register(w.conn.fileno(), select.POLLIN)
         self._top_lane[device.id] = max(lane, self._top_lane.get(device.id, 0))
         self.ever_started.add(device.id)
         w.beat = self._clock.now()
@@ -169,6 +181,11 @@ class _Pool:
         code: int | None = None
         with contextlib.suppress(subprocess.TimeoutExpired):
             code = w.proc.wait(_REAP_TIMEOUT_S)
+        if not w.conn.closed:
+            fd = w.conn.fileno()
+            if self._by_fd.get(fd) is w:
+                del self._by_fd[fd]
+                self._poller.unregister(fd)
         w.conn.close()
         if w.task is not None:  # it died with a task: keep what the task wrote
             self._salvage(w, w.task.spec)
@@ -220,13 +237,25 @@ class _Pool:
 
     # -- messages ---------------------------------------------------------------------------
 
+    def watch(self, fd: int) -> None:
+        """Have :meth:`wait` also return when ``fd`` is readable."""
+        self._watched.add(fd)
+        self._poller.register(fd, select.POLLIN)
+
+    def wait(self, timeout: float) -> set[int]:
+        """Wait up to ``timeout`` s until a worker's connection or a watched fd is readable
+        (or closed); the watched fds that are."""
+        ready = self._poller.poll(max(0, int(timeout * 1000 + 0.999)))
+        return {fd for fd, _ in ready if fd in self._watched}
+
     def collect(self) -> None:
         """Read every message waiting; notice dead workers; enforce payload timeouts."""
         workers = list(self.workers.values())
         if workers:
-            by_conn = {id(w.conn): w for w in workers}
-            for conn in wait([w.conn for w in workers], 0):
-                self.drain(by_conn[id(conn)])
+            for fd, _ in self._poller.poll(0):
+                w = self._by_fd.get(fd)
+                if w is not None:
+                    self.drain(w, readable=True)
         now = time.monotonic()
         # a dead worker's connection ends (EOF), which draining notices; exit statuses are
         # also read now and then, for a worker whose connection lingers
@@ -244,17 +273,30 @@ class _Pool:
                 self.kill(w)
                 self._finish(w, TaskEventKind.FAILED, error=f"timed out after {timeout:g} s")
 
-    def drain(self, w: _Worker) -> None:
-        """Handle the messages ``w`` has sent, without blocking for more."""
+    def drain(self, w: _Worker, readable: bool = False) -> None:
+        """Handle the messages ``w`` has sent, without blocking for more (``readable``: its
+        connection is known to be, so one read, not a poll first). Bytes are read in one
+        call as they come and cut into messages here (``multiprocessing.connection``'s
+        framing, which the worker sends with), not a header and a body per message."""
         while not w.dead:
             try:
-                if not w.conn.poll(0):
+                if not readable and not w.conn.poll(0):
                     return
-                msg = w.conn.recv()
-            except (EOFError, OSError):
+                data = os.read(w.conn.fileno(), _READ)
+            except OSError:
                 self.on_death(w)
                 return
-            self._handle(w, msg)
+            if not data:  # EOF: the worker is gone
+                self.on_death(w)
+                return
+            w.inbox += data
+            for msg in _messages(w.inbox):
+                if w.dead:
+                    return
+                self._handle(w, msg)
+            if len(data) < _READ:
+                return  # all there was
+            readable = False
 
     def _handle(self, w: _Worker, msg: tuple[Any, ...]) -> None:
         op = msg[0]
@@ -325,3 +367,25 @@ def _private_dir(path: Path) -> None:
     mode = path.stat().st_mode & 0o777
     if mode & 0o066 or mode & 0o700 != 0o700:  # o+x (0711, :func:`runas.hand_over`) is kept
         path.chmod(0o700)
+
+
+def _messages(inbox: bytearray) -> list[Any]:
+    """The whole messages at the start of ``inbox``, removed from it (a message cut short
+    stays for the next read): ``multiprocessing.connection``'s framing, a 4-byte big-endian
+    length (-1: an 8-byte length follows), then the pickle."""
+    out: list[Any] = []
+    pos, end = 0, len(inbox)
+    while end - pos >= 4:
+        (size,) = struct.unpack_from("!i", inbox, pos)
+        head = 4
+        if size == -1:
+            if end - pos < 12:
+                break
+            (size,) = struct.unpack_from("!Q", inbox, pos + 4)
+            head = 12
+        if end - pos - head < size:
+            break
+        out.append(pickle.loads(inbox[pos + head : pos + head + size]))
+        pos += head + size
+    del inbox[:pos]
+    return out
