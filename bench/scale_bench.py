@@ -62,7 +62,7 @@ from rich.table import Table
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric, load_fabric
-from accelnet.sched import JobSpec, JobState, JobView, Scheduler
+from accelnet.sched import JobSpec, JobState, JobView, Scheduler, Tenant
 from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies import hetero_jct, lp, min_makespan
 from accelnet.sched.policies.hetero_jct import HeteroJct
@@ -77,48 +77,97 @@ RESULTS = RESULTS_DIR / "scale.json"
 PLOT = RESULTS_DIR / "scale_growth.png"
 TARGET_GPUS = 131_072
 TARGET_QUEUE = 100_000
-TARGET_RATE = 10_000.0  # placements per second
+TARGET_RATE = 10_000.0  # placements (and decisions) per second
+QUOTA = 64.0  # GPUs (``*``) of each tenant with a quota in the quota variant
 GROWTH_GPUS = (1024, 4096, 16_384, 65_536, 131_072)
 GROWTH_QUEUES = (1000, 10_000, 100_000, 1_000_000)
 GROWTH_QUEUE_GPUS = 16_384
 
 
-class Workload:
-    """Random jobs of the mix, one spec object per (kind, priority)."""
+def tenant_names(tenants: int) -> list[str]:
+    """The tenants the queue is spread over: ``default`` alone, or ``t00``, ``t01``, ..."""
+    if tenants == 1:
+        return ["default"]
+    return [f"t{i:02d}" for i in range(tenants)]
 
-    def __init__(self, rng: random.Random) -> None:
+
+def tenant_map(tenants: int, quotas: int) -> dict[str, Tenant]:
+    """The session's tenants when ``quotas`` of them have one (``*``: QUOTA GPUs each; the
+    rest and ``default``, which holds the preloaded jobs, have none); empty if none has."""
+    if not quotas:
+        return {}
+    names = tenant_names(tenants)
+    out = {n: Tenant(n, quota={"*": QUOTA} if i < quotas else {}) for i, n in enumerate(names)}
+    out.setdefault("default", Tenant("default"))
+    return out
+
+
+def of_tenant(spec: JobSpec, tenant: str) -> JobSpec:
+    """``spec`` owned by ``tenant``."""
+    return spec if spec.tenant == tenant else spec.model_copy(update={"tenant": tenant})
+
+
+class Workload:
+    """Random jobs of the mix, one spec object per (kind, priority, tenant), each job's
+    tenant drawn uniformly from ``tenants``."""
+
+    def __init__(self, rng: random.Random, tenants: int = 1) -> None:
         self.rng = rng
-        self.specs: dict[tuple[str, int], JobSpec] = {
-            (k, p): make_spec(f"k{k.replace('.', '_')}-p{p}", k, priority=p)
+        self.tenants = tenant_names(tenants)
+        self.specs: dict[tuple[str, int, str], JobSpec] = {
+            (k, p, t): of_tenant(make_spec(f"k{k.replace('.', '_')}-p{p}", k, priority=p), t)
             for k in KINDS
             for p in range(4)
+            for t in self.tenants
         }
         self.count = 0
 
     def job(self, now: float) -> JobView:
         """A new queued job submitted at ``now``."""
         self.count += 1
-        spec = self.specs[(draw_kind(self.rng), self.rng.randrange(4))]
+        rng = self.rng
+        tenant = self.tenants[rng.randrange(len(self.tenants))] if len(self.tenants) > 1 else (
+            self.tenants[0])  # fmt: skip
+        spec = self.specs[(draw_kind(rng), rng.randrange(4), tenant)]
         return JobView(f"q{self.count}", spec, JobState.ADMITTED, now)
 
 
-def build(
-    fabric: Fabric, ordering: str, queue: int, seed: int
-) -> tuple[Session, list[JobView], Workload, dict[str, float]]:
-    """A full fabric (placed by the scheduler) and ``queue`` waiting jobs in a session."""
+Preloaded = tuple[list[JobView], Any, float]  # running jobs, rng state after, seconds
+
+
+def fill(fabric: Fabric, seed: int) -> Preloaded:
+    """The fabric filled by the scheduler with running jobs (drawn from ``seed``)."""
     rng = random.Random(seed)
     t = time.perf_counter()
     running, _ = preload(fabric, rng, 1.0, 1.0)
-    t_fill = time.perf_counter() - t
+    return list(running), rng.getstate(), time.perf_counter() - t
+
+
+def build(
+    fabric: Fabric,
+    ordering: str,
+    queue: int,
+    seed: int,
+    tenants: int = 1,
+    quotas: int = 0,
+    filled: Preloaded | None = None,
+) -> tuple[Session, list[JobView], Workload, dict[str, float]]:
+    """A full fabric (placed by the scheduler) and ``queue`` waiting jobs of ``tenants``
+    tenants in a session (``quotas`` of them with a quota; ``filled``: the fabric's running
+    jobs made already by :func:`fill` with the same seed)."""
+    running, state, t_fill = filled if filled is not None else fill(fabric, seed)
+    rng = random.Random()
+    rng.setstate(state)
     t = time.perf_counter()
     session = Session(
         Scheduler(ordering, "best-fit", "none"),
         fabric,
         dict.fromkeys(fabric.devices, DeviceState.READY),
+        tenant_map(tenants, quotas),
     )
     for job in running:
         session.put(job)
-    work = Workload(rng)
+    work = Workload(rng, tenants)
     for _ in range(queue):
         session.put(work.job(1e6))
     session.decide(1e6)  # the first read of the index applies the running jobs
@@ -254,9 +303,11 @@ def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def point(gpus: int, queue: int, seed: int, seconds: float, orderings: Sequence[str],
-          batches: Sequence[int], repeats: int = 3) -> dict[str, Any]:  # fmt: skip
-    """Steady-state figures at one size, every ordering and batch: medians of ``repeats``
-    runs of ``seconds / repeats`` of scheduler time each."""
+          batches: Sequence[int], repeats: int = 3,
+          tenant_sets: Sequence[tuple[int, int]] = ((1, 0),)) -> dict[str, Any]:  # fmt: skip
+    """Steady-state figures at one size, every ordering, tenant set (tenants, how many of
+    them with a quota) and batch: medians of ``repeats`` runs of ``seconds / repeats`` of
+    scheduler time each."""
     gc.collect()
     t = time.perf_counter()
     fabric = load_fabric(preset_ref(gpus))
@@ -269,23 +320,29 @@ def point(gpus: int, queue: int, seed: int, seconds: float, orderings: Sequence[
     tracemalloc.stop()
     out: dict[str, Any] = {"gpus": gpus, "queue": queue, "runs": [], "fabric_s": built,
                            "fabric_peak_mib": peak / 2**20}  # fmt: skip
+    filled = fill(fabric, seed)
     for ordering in orderings:
-        session, running, work, setup = build(fabric, ordering, queue, seed)
-        for batch in batches:
-            runs = [steady(session, running, work, batch, seconds / repeats)
-                    for _ in range(repeats)]  # fmt: skip
-            rates = sorted(r["placements_per_s"] for r in runs)
-            run = {**runs[0], "placements_per_s": statistics.median(rates),
-                   "placements_per_s_all": rates,
-                   "decisions_per_s": statistics.median(r["decisions_per_s"] for r in runs),
-                   "decide_median_us": statistics.median(r["decide_median_us"] for r in runs),
-                   "decide_p99_us": statistics.median(r["decide_p99_us"] for r in runs),
-                   "starts": sum(r["starts"] for r in runs),
-                   "decisions": sum(r["decisions"] for r in runs),
-                   "scheduler_s": sum(r["scheduler_s"] for r in runs)}  # fmt: skip
-            out["runs"].append({"ordering": ordering, **setup, **run})
-        del session, running, work
-        gc.collect()
+        for tenants, quotas in tenant_sets:
+            session, running, work, setup = build(fabric, ordering, queue, seed, tenants,
+                                                  quotas, filled)  # fmt: skip
+            for batch in batches:
+                runs = [steady(session, running, work, batch, seconds / repeats)
+                        for _ in range(repeats)]  # fmt: skip
+                rates = sorted(r["placements_per_s"] for r in runs)
+                run = {**runs[0], "placements_per_s": statistics.median(rates),
+                       "placements_per_s_all": rates,
+                       "decisions_per_s": statistics.median(r["decisions_per_s"] for r in runs),
+                       "decisions_per_s_all": sorted(r["decisions_per_s"] for r in runs),
+                       "decide_median_us": statistics.median(r["decide_median_us"]
+                                                             for r in runs),
+                       "decide_p99_us": statistics.median(r["decide_p99_us"] for r in runs),
+                       "starts": sum(r["starts"] for r in runs),
+                       "decisions": sum(r["decisions"] for r in runs),
+                       "scheduler_s": sum(r["scheduler_s"] for r in runs)}  # fmt: skip
+                out["runs"].append({"ordering": ordering, "tenants": tenants,
+                                    "quota_tenants": quotas, **setup, **run})  # fmt: skip
+            del session, running, work
+            gc.collect()
     return out
 
 
@@ -306,11 +363,19 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
     def at_target() -> None:
         result["target"] = point(*target, args.seed, args.seconds, ("fifo", "priority"),
-                                 (1, 10, 100))  # fmt: skip
+                                 args.batches, tenant_sets=tenant_sets(args))  # fmt: skip
         result["burst"] = [burst(load_fabric(preset_ref(target[0])), o, target[1], args.seed)
                            for o in ("fifo", "priority")]  # fmt: skip
 
     tasks.append((f"{target[0]:,} GPUs, {target[1]:,} queued", at_target))
+    if args.steady_only:
+        previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+        for key in ("growth_gpus", "growth_queue", "sim", "lp"):
+            result[key] = previous.get(key, [])
+        result["kept_from"] = previous.get("source")  # the other figures' code
+        _progress(tasks, console)
+        result["plot"] = previous.get("plot")
+        return result
     for g in gpus_list:
         q = min(TARGET_QUEUE, target[1])
         tasks.append((f"growth: {g:,} GPUs", lambda g=g, q=q: result["growth_gpus"].append(
@@ -334,6 +399,21 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         for g in (1024, 4096, 16_384) if quick else GROWTH_GPUS:
             tasks.append((f"sim: {g:,} GPUs", lambda g=g: result["sim"].append(
                 {"axis": "gpus", **sim_point(g, 100_000, args.seed, "fifo")})))  # fmt: skip
+    _progress(tasks, console)
+    result["plot"] = plot(result, PLOT)
+    return result
+
+
+def tenant_sets(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(tenants, how many with a quota) of the steady state: each of ``--tenants`` without
+    quotas, then the largest with ``--quota-tenants`` of them under a quota."""
+    sets = [(n, 0) for n in args.tenants]
+    if args.quota_tenants:
+        sets.append((max(args.tenants), min(args.quota_tenants, max(args.tenants))))
+    return sets
+
+
+def _progress(tasks: Sequence[tuple[str, Callable[[], Any]]], console: Console) -> None:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=console) as progress:
@@ -342,15 +422,13 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             progress.update(bar, description=label)
             fn()
             progress.advance(bar)
-    result["plot"] = plot(result, PLOT)
-    return result
 
 
 def _series(points: list[dict[str, Any]], axis: str, batch: int) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for p in points:
         for r in p["runs"]:
-            if r["batch"] == batch and r["ordering"] == "fifo":
+            if r["batch"] == batch and r["ordering"] == "fifo" and r.get("tenants", 1) == 1:
                 xs.append(float(p[axis]))
                 ys.append(r["placements_per_s"])
     return xs, ys
@@ -396,16 +474,24 @@ def plot(result: dict[str, Any], path: Path) -> str | None:
     return str(path)
 
 
+def tenants_label(run: dict[str, Any]) -> str:
+    """``100`` tenants, or ``100 (10 quota)``."""
+    label = f"{run.get('tenants', 1)}"
+    return label + (f" ({run['quota_tenants']} quota)" if run.get("quota_tenants") else "")
+
+
 def report(result: dict[str, Any], console: Console) -> None:
     """Tables of the figures."""
     t = result["target"]
     table = Table(title=f"{t['gpus']:,} GPUs, {t['queue']:,} queued, steady state "
                         f"({src_label(result['source'])})")  # fmt: skip
-    for col in ("ordering", "batch", "placements/s", "decisions/s", "decide median µs",
-                "decide p99 µs", "queue after", "fill s", "session s"):  # fmt: skip
+    for col in ("ordering", "tenants", "batch", "placements/s", "decisions/s",
+                "decide median µs", "decide p99 µs", "queue after", "fill s",
+                "session s"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in t["runs"]:
-        table.add_row(r["ordering"], str(r["batch"]), f"{r['placements_per_s']:,.0f}",
+        table.add_row(r["ordering"], tenants_label(r), str(r["batch"]),
+                      f"{r['placements_per_s']:,.0f}",
                       f"{r['decisions_per_s']:,.0f}", f"{r['decide_median_us']:,.0f}",
                       f"{r['decide_p99_us']:,.0f}", f"{r['queue_after']:,}",
                       f"{r['fill_s']:.1f}", f"{r['session_s']:.1f}")  # fmt: skip
@@ -455,6 +541,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sim", action="store_true", help="also the simulator's growth curves")
     p.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    p.add_argument("--tenants", type=_ints, default=(1, 20, 100),
+                   help="steady state: the tenant counts the queue is spread over")  # fmt: skip
+    p.add_argument("--quota-tenants", type=int, default=10,
+                   help=f"steady state: one more run at the largest tenant count with this "
+                        f"many tenants under a quota of {QUOTA:g} GPUs (0: none)")  # fmt: skip
+    p.add_argument("--batches", type=_ints, default=(1, 10, 100),
+                   help="steady state: job ends per decision")  # fmt: skip
+    p.add_argument("--steady-only", action="store_true",
+                   help="only the steady state and burst at the target size; the other "
+                        "figures are kept from --out")  # fmt: skip
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument(
         "--replot",
@@ -464,6 +560,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sim-json", type=Path, default=None,
                    help="with --replot: sim points from bench/sim_scale_bench.py")  # fmt: skip
     return p.parse_args(argv)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
 
 
 def sim_points(path: Path) -> list[dict[str, Any]]:

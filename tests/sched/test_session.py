@@ -47,6 +47,16 @@ TENANTS = {
         "a": Tenant("a", quota={"*": 6, "H100": 3}),
         "b": Tenant("b", quota={"B200": 4, "T4": 1.5}),
     },
+    "many-none": {},
+    "many": {  # every fourth tenant under a quota on all devices, every fourth on H100
+        f"t{i}": Tenant(f"t{i}", quota=[{"*": 3}, {"H100": 2}, {}, {}][i % 4]) for i in range(12)
+    },
+}
+NAMES = {  # the tenants jobs are drawn from (with "many", t12 is not known)
+    "none": ["a", "b", "c"],
+    "quota": ["a", "b", "c"],
+    "many-none": [f"t{i}" for i in range(13)],
+    "many": [f"t{i}" for i in range(13)],
 }
 STATES = [DeviceState.READY] * 4 + [
     DeviceState.ALLOCATED,
@@ -105,7 +115,7 @@ def test_session_decides_as_the_full_rescan(
                     data.draw(st.sampled_from(ACCELERATORS)),
                     data.draw(st.sampled_from(TOPOLOGY)),
                     data.draw(st.integers(0, 3)),
-                    data.draw(st.sampled_from(["a", "b", "c"])),
+                    data.draw(st.sampled_from(NAMES[tenants])),
                     data.draw(st.booleans()),
                 )
                 state = data.draw(st.sampled_from([JobState.ADMITTED] * 5 + [JobState.PENDING]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from accelnet.fabric import Fabric
 from accelnet.fabric.catalog import find_device_model
@@ -174,20 +174,31 @@ class Scheduler:
             info=JobInfo(snapshot.now, self.rates),
         )
         if self.merges(held):
-            walk.failed = {}
+            walk.failed = Failed(snapshot.tenants)
             walk.ordered = self.merge_listed(ordered, topo, walk.failed)
             walk.everyone = lambda: ordered
         return self.walk(walk)
 
     def merge_listed(
-        self, ordered: Sequence[JobView], topo: Topology, failed: Mapping[Shape, str]
+        self, ordered: Sequence[JobView], topo: Topology, failed: Failed
     ) -> Iterator[JobView]:
         """``ordered`` as per-shape queues merged again in its order (:func:`merge_shapes`)."""
-        by_shape: dict[Shape, list[JobView]] = {}
-        for job in ordered:
-            by_shape.setdefault(self.shape(job, topo), []).append(job)
-        rank = {j.id: i for i, j in enumerate(ordered)}
-        return merge_shapes(by_shape, lambda j: rank[j.id], failed)
+        numbers: dict[int, Listed] = {}
+        rank: dict[str, int] = {}
+        for i, job in enumerate(ordered):
+            tenant, number = self.shape(job, topo)
+            rank[job.id] = i
+            mine = numbers.get(number)
+            if mine is None:
+                mine = numbers[number] = Listed([], {})
+            queue = mine.queues.get(tenant)
+            if queue is None:
+                queue = mine.queues[tenant] = []
+                mine.heads.append((i, tenant))  # in order: first seen, first head
+            queue.append(job)
+        tenants = {job.spec.tenant for job in ordered}
+        bound = [t for t in tenants if failed.bound(t)]
+        return merge_shapes(numbers, lambda j: rank[j.id], failed, bound)
 
     def merges(self, held: Sequence[JobView]) -> bool:
         """Whether a decision may walk per-shape queues merged (:func:`merge_shapes`):
@@ -205,6 +216,9 @@ class Scheduler:
         again; given per-shape queues merged (:func:`merge_shapes`), the walk never even
         reads them, and they wait with their shape's reason (read when asked for). Not so
         with preemption or held (nominated) devices, where a job may still make room.
+        A request that does not fit as it is (not narrowed by a quota) fails for every
+        tenant's jobs of its shape number at once, with the capacity's reason
+        (:class:`Failed`): a decision costs the shape numbers it visits, not the tenants.
 
         Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back."""
         topo, index = w.topo, w.index
@@ -219,15 +233,16 @@ class Scheduler:
             held={j.id: _reserve(index, j.nominated) for j in w.held},
         )
         waiting, search, held = run.waiting, run.search, run.held
-        failed: dict[Shape, str] | None = None
+        failed: Failed | None = None
         if self.prune and not (search or held):
-            failed = w.failed if w.failed is not None else {}
+            failed = w.failed if w.failed is not None else Failed(w.tenants)
         assert w.everyone is None or failed is not None, "a merged queue needs pruning"
         tail: Sequence[JobView] = ()
         final: CapacityIndex | None = index
         jobs = iter(w.ordered)
+        cap: str | None = None
         for job in jobs:
-            if not index.free and search is None and not held and not w.tenants:
+            if not index.free and search is None and not held:
                 # nothing is free and nothing can be freed: every later job waits; their
                 # reasons are written when read (a long queue stays cheap per decision)
                 tail = w.rest(job) if w.rest is not None else [job, *jobs]
@@ -240,11 +255,12 @@ class Scheduler:
                 if known is not None:
                     waiting[job.id] = known
                     continue
-            reason = self._one(job, never, base, run)
+                cap = failed.numbers.get(number)
+            reason, shared = self._one(job, never, base, run, cap)
             if reason is not None and failed is not None:
-                failed[shape] = reason
+                failed.add(shape, reason, shared)
         self._forget(w.queued, w.queued_ids)
-        reasons = self._reasons(w, run, tail, final, failed or {})
+        reasons = self._reasons(w, run, tail, final, failed or Failed(w.tenants))
         return Decision(
             tuple(run.starts), tuple(run.preemptions), reasons, w.time_shares, run.nominations
         )
@@ -255,33 +271,42 @@ class Scheduler:
         run: _Run,
         tail: Sequence[JobView],
         final: CapacityIndex | None,
-        failed: Mapping[Shape, str],
+        failed: Failed,
     ) -> Mapping[str, str]:
         """The decision's waiting reasons: those written, and the lazy ones of the jobs not
         walked (a queue's tail, or with a merged queue every job of a failed shape)."""
+        quota = Quota(w.tenants, run.usage)
         if w.everyone is not None:
             if not tail:  # the merge ran out: every job not walked is of a failed shape
                 final = None
             started = {s.job for s in run.starts}
             total = len(set(w.pending)) + w.queued - len(started)
             return Reasons(run.waiting, w.everyone(), self, w.topo, final, failed,
-                           skip=started, total=total)  # fmt: skip
+                           skip=started, total=total, quota=quota)  # fmt: skip
         if tail:
-            return Reasons(run.waiting, tail, self, w.topo, final, failed)
+            return Reasons(run.waiting, tail, self, w.topo, final, failed, quota=quota)
         return run.waiting
 
-    def _one(self, job: JobView, never: Rejection | None, base: Request, run: _Run) -> str | None:
-        """Start ``job``, make way for it, or write why it waits; the reason when it waits
-        because its shape does not fit now (None otherwise)."""
+    def _one(
+        self, job: JobView, never: Rejection | None, base: Request, run: _Run, cap: str | None
+    ) -> tuple[str | None, bool]:
+        """Start ``job``, make way for it, or write why it waits. Returns the reason when
+        it waits because its shape does not fit now (None otherwise), and whether any
+        tenant's job of the shape would wait for it alike (it never fits, or its request,
+        not narrowed by a quota, does not fit: the reason is the capacity's alone).
+        ``cap``: that reason, if another job of the shape met it already in this walk."""
         index, held = run.index, run.held
         if never is not None:
             reason = f"can never run here: {never.message}"
             run.waiting[job.id] = reason
-            return reason
+            return reason, True
         req, quota_note, over = _within_quota(job, base, run.tenants, run.usage)
         if quota_note is not None:
             run.waiting[job.id] = quota_note
-            return quota_note
+            return quota_note, False
+        if cap is not None and not over:  # the same request failed: capacity only shrinks
+            run.waiting[job.id] = cap
+            return cap, True
         mark = index.mark()
         for dev, share in held.get(job.id, ()):  # its own reservation is free for it
             index.give(dev, share)
@@ -291,7 +316,7 @@ class Scheduler:
             run.starts.append(Start(job.id, placed))
             run.started(req, placed)
             _charge(run.usage, job.spec.tenant, placed)
-            return None
+            return None, False
         index.rollback(mark)
         reason = explain(req, index) + (f"; over quota: {over}" if over else "")
         mine = {d for d, share in held.get(job.id, ()) if share >= 1}
@@ -302,16 +327,16 @@ class Scheduler:
                 f"nominated device{'s' * (len(pending) > 1)}"
             )
             run.nominations[job.id] = job.nominated
-            return None
+            return None, False
         victims = run.search.victims(job, req, index, self.placement) if run.search else None
         if victims:
             run.nominations[job.id] = self._make_way(
                 job, req, index, victims, reason, run.preemptions
             )
             run.waiting[job.id] = f"{reason}; preempting {victims_named(job, victims)}"
-            return None
+            return None, False
         run.waiting[job.id] = reason
-        return reason
+        return reason, not over
 
 
 @dataclass
@@ -359,8 +384,63 @@ class Walk:
     keep_index: bool = False
     rest: Callable[[JobView], Sequence[JobView]] | None = None
     info: JobInfo | None = None  # rates, service and progress at the decision's time
-    failed: dict[Shape, str] | None = None  # the shapes that failed, filled by the walk
+    failed: Failed | None = None  # the shapes that failed, filled by the walk
     everyone: Callable[[], Sequence[JobView]] | None = None  # see the docstring
+
+
+class Failed:
+    """The request shapes that failed in one walk, and why (see :meth:`Scheduler.walk`).
+
+    A failure that every tenant's job of the shape meets alike (its request never fits
+    here, or does not fit as it is, not narrowed by a quota) is kept per shape number: its
+    reason is the capacity's alone (it names no job and no quota), so it answers every
+    tenant's job of the number. One that depends on the tenant (a quota's note, or a
+    request the quota narrowed) is kept per (tenant, shape number). A *bound* tenant
+    (under a quota, or not known) has its jobs of a failed number still walked, as its
+    quota may answer them otherwise."""
+
+    __slots__ = ("numbers", "shapes", "tenants")
+
+    def __init__(self, tenants: Mapping[str, Tenant]) -> None:
+        self.tenants = tenants
+        self.numbers: dict[int, str] = {}
+        self.shapes: dict[Shape, str] = {}
+
+    def bound(self, tenant: str) -> bool:
+        """Whether ``tenant``'s jobs answer to a quota (or it is not known)."""
+        if not self.tenants:
+            return False
+        known = self.tenants.get(tenant)
+        return known is None or bool(known.quota)
+
+    def get(self, shape: Shape) -> str | None:
+        """Why a job of ``shape`` waits, if the shape failed for its tenant."""
+        why = self.shapes.get(shape)
+        if why is None:
+            why = self.numbers.get(shape[1])
+            if why is not None and self.bound(shape[0]):
+                return None
+        return why
+
+    def add(self, shape: Shape, reason: str, shared: bool) -> None:
+        """``shape`` failed with ``reason``; ``shared``: for every tenant alike."""
+        if shared:
+            self.numbers.setdefault(shape[1], reason)
+            if not self.bound(shape[0]):
+                return
+        self.shapes[shape] = reason
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The tenants and their use (share units) where a decision ended."""
+
+    tenants: Mapping[str, Tenant]
+    usage: _Usage
+
+    def check(self, job: JobView, req: Request) -> tuple[Request, str | None, str]:
+        """:func:`_within_quota` there."""
+        return _within_quota(job, req, self.tenants, self.usage)
 
 
 class Reasons(Mapping[str, str]):
@@ -380,14 +460,17 @@ class Reasons(Mapping[str, str]):
         scheduler: Scheduler,
         topo: Topology,
         index: CapacityIndex | None,
-        failed: Mapping[Shape, str],
+        failed: Failed,
         *,
         skip: Collection[str] = (),
         total: int | None = None,
+        quota: Quota | None = None,
     ) -> None:
         """``tail``: the jobs after the break, never among ``eager``; or, with ``total``
         (how many wait in all), every queued job, of which those in ``eager`` or ``skip``
-        (started) are not the tail's."""
+        (started) are not the tail's. ``quota``: the tenants and their use where the
+        walk ended (none: no quota checks)."""
+        self._quota = quota or Quota({}, {})
         self._eager = eager
         self._tail_list = tail
         self._skip = skip
@@ -409,19 +492,28 @@ class Reasons(Mapping[str, str]):
         if job_id in self._skip:
             raise KeyError(job_id)
         job = self._tail[job_id]
-        why = self._failed.get(self._scheduler.shape(job, self._topo))
-        if why is None:
-            never, req = self._scheduler.request(job, self._topo)
-            if never is not None:
-                why = f"can never run here: {never.message}"
-            else:
-                assert self._index is not None, "a shape left without a reason"
-                shape = (req.classes, req.count, req.share, req.required)
-                why = self._shapes.get(shape) or self._shapes.setdefault(
-                    shape, explain(req, self._index)
-                )
+        shape = self._scheduler.shape(job, self._topo)
+        why = self._failed.get(shape) or self._unwalked(job, shape[1])
         self._computed[job_id] = why
         return why
+
+    def _unwalked(self, job: JobView, number: int) -> str:
+        """What the walk would have written for ``job`` where it ended (nothing changes
+        after that point: the same capacity, the same tenants' use)."""
+        never, base = self._scheduler.request(job, self._topo)
+        if never is not None:
+            return f"can never run here: {never.message}"
+        req, note, over = self._quota.check(job, base)
+        if note is not None:
+            return note
+        if not over:
+            shared = self._failed.numbers.get(number)
+            if shared is not None:
+                return shared
+        assert self._index is not None, "a shape left without a reason"
+        key = (req.classes, req.count, req.share, req.required)
+        why = self._shapes.get(key) or self._shapes.setdefault(key, explain(req, self._index))
+        return why + (f"; over quota: {over}" if over else "")
 
     @property
     def eager(self) -> Mapping[str, str]:
@@ -442,29 +534,126 @@ class Reasons(Mapping[str, str]):
         return len(self._eager) + len(self._tail_list)
 
 
+class ShapeQueues(Protocol):
+    """The queued jobs of one shape number: each tenant's in the ordering's order, and the
+    tenants as ``(key of its first job, tenant)``, sorted."""
+
+    @property
+    def heads(self) -> Iterable[tuple[Any, str]]: ...
+
+    @property
+    def queues(self) -> Mapping[str, Iterable[JobView]]: ...
+
+
+@dataclass
+class Listed:
+    """:class:`ShapeQueues` as lists (made for one decision)."""
+
+    heads: list[tuple[Any, str]]
+    queues: dict[str, list[JobView]]
+
+
 def merge_shapes(
-    queues: Mapping[Shape, Iterable[JobView]],
+    numbers: Mapping[int, ShapeQueues],
     key: Callable[[JobView], Any],
-    failed: Mapping[Shape, str],
+    failed: Failed,
+    bound: Collection[str] = (),
 ) -> Iterator[JobView]:
-    """The jobs of every per-shape queue (each in ``key`` order; keys unique) in ``key``
-    order, a shape's no more once the walk has found it failed (``failed`` is read before
-    each next job)."""
-    heap: list[tuple[Any, int, JobView, Shape, Iterator[JobView]]] = []
-    for n, (shape, queue) in enumerate(queues.items()):
-        it = iter(queue)
-        head = next(it, None)
-        if head is not None:
-            heap.append((key(head), n, head, shape, it))  # keys are unique: n breaks no tie
+    """The jobs of every (tenant, shape number) queue (each in ``key`` order; keys unique)
+    in ``key`` order, but none more of a tenant's shape once the walk has found it failed,
+    nor of any tenant's once the shape number failed for all (``failed`` is read before
+    each next job), except the ``bound`` tenants' (:meth:`Failed.bound`): every tenant
+    under a quota or not known that has queued jobs (more may be given).
+
+    Two levels, so that a decision costs about the shape numbers it visits and the jobs
+    it walks, not the tenants: the numbers in a heap by their next job, and in each the
+    tenants read from ``heads`` as far as needed (:class:`_Tenants`)."""
+    heap: list[tuple[Any, int, _Tenants]] = []
+    for number, queues in numbers.items():
+        tenants = _Tenants(number, queues, key)
+        first = tenants.next_key()
+        if first is not None:
+            heap.append((first, number, tenants))  # keys are unique: no tie reaches _Tenants
     heapq.heapify(heap)
     while heap:
-        _, n, job, shape, it = heap[0]
-        yield job
-        nxt = None if shape in failed else next(it, None)
+        tenants = heap[0][2]
+        yield tenants.take()
+        tenants.after(failed, bound)
+        nxt = tenants.next_key()
         if nxt is None:
             heapq.heappop(heap)
         else:
-            heapq.heapreplace(heap, (key(nxt), n, nxt, shape, it))
+            heapq.heapreplace(heap, (nxt, tenants.number, tenants))
+
+
+class _Tenants:
+    """One shape number's tenant queues merged lazily: a tenant's queue joins the merge
+    (a heap) when its first job comes up in ``heads``; once the number failed for every
+    tenant, only the bound tenants' queues are left."""
+
+    __slots__ = ("_active", "_head", "_heads", "_key", "_last", "_queues", "_seen", "number")
+
+    def __init__(self, number: int, queues: ShapeQueues, key: Callable[[JobView], Any]) -> None:
+        self.number = number
+        self._queues = queues.queues
+        self._heads: Iterator[tuple[Any, str]] | None = iter(queues.heads)
+        self._head = next(self._heads, None)  # the first tenant not in the merge yet
+        self._active: list[tuple[Any, str, JobView, Iterator[JobView]]] = []
+        self._seen: set[str] = set()  # the tenants that joined
+        self._key = key
+        self._last: tuple[str, Iterator[JobView]] | None = None
+
+    def next_key(self) -> Any:
+        """The key of the next job (None: no more)."""
+        head, active = self._head, self._active
+        if active and (head is None or active[0][0] < head[0]):
+            return active[0][0]
+        return None if head is None else head[0]
+
+    def take(self) -> JobView:
+        """The next job (there is one: :meth:`next_key` said so)."""
+        head, active = self._head, self._active
+        if active and (head is None or active[0][0] < head[0]):
+            _, tenant, job, it = heapq.heappop(active)
+        else:
+            assert head is not None and self._heads is not None
+            tenant = head[1]
+            it = iter(self._queues[tenant])
+            job = next(it)
+            self._seen.add(tenant)
+            self._head = next(self._heads, None)
+        self._last = (tenant, it)
+        return job
+
+    def after(self, failed: Failed, bound: Collection[str]) -> None:
+        """The job taken last was walked: its tenant's next job joins, unless failed."""
+        assert self._last is not None
+        tenant, it = self._last
+        number = self.number
+        if self._heads is not None and number in failed.numbers:
+            self._only(bound, failed)
+            if tenant not in bound:
+                return
+        if (tenant, number) in failed.shapes:
+            return
+        nxt = next(it, None)
+        if nxt is not None:
+            heapq.heappush(self._active, (self._key(nxt), tenant, nxt, it))
+
+    def _only(self, bound: Collection[str], failed: Failed) -> None:
+        """The number failed for every tenant: only the bound tenants' queues go on."""
+        self._heads, self._head = None, None
+        keep = [entry for entry in self._active if entry[1] in bound]
+        for tenant in bound:
+            queue = self._queues.get(tenant)
+            if queue is None or tenant in self._seen or (tenant, self.number) in failed.shapes:
+                continue
+            self._seen.add(tenant)
+            it = iter(queue)
+            job = next(it)
+            keep.append((self._key(job), tenant, job, it))
+        heapq.heapify(keep)
+        self._active = keep
 
 
 def preempted_for(victim: JobView, job: JobView, reason: str) -> str:

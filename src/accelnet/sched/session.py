@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, overload
 
-from sortedcontainers import SortedKeyList
+from sortedcontainers import SortedKeyList, SortedList
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
@@ -38,7 +38,15 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
-from accelnet.sched.scheduler import Scheduler, Shape, Walk, merge_shapes, uncharge, usage_of
+from accelnet.sched.scheduler import (
+    Failed,
+    Quota,
+    Scheduler,
+    Walk,
+    merge_shapes,
+    uncharge,
+    usage_of,
+)
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
@@ -72,8 +80,10 @@ class Session:
         self._keyed = type(policy).key is not OrderingPolicy.key
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
-        self._shape: dict[str, Shape] = {}  # each queued job's shape (Scheduler.shape)
-        self._by_shape: dict[Shape, SortedKeyList[JobView]] = {}  # kept when _merge
+        self._numbers: dict[int, _ShapeQueues] = {}  # per shape number, kept when _merge
+        self._tenant_jobs: dict[str, int] = {}  # queued jobs per tenant, kept when _merge
+        self._bound: list[str] | None = None  # the bound tenants queued (Failed.bound)
+        self._quota_tenants = [n for n, t in self.tenants.items() if t.quota]
         self._merge = self._keyed and scheduler.merges(())  # see decide
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
         self.progress: ProgressFn | None = None  # the backend's progress reports, if any
@@ -103,11 +113,16 @@ class Session:
             else:
                 self._queued[job.id] = job
             if self._merge:
-                shape = self._shape[job.id] = self.scheduler.shape(job, self.topo)
-                mine = self._by_shape.get(shape)
+                number = self.scheduler.shape(job, self.topo)[1]
+                mine = self._numbers.get(number)
                 if mine is None:
-                    mine = self._by_shape[shape] = SortedKeyList(key=self.scheduler.ordering.key)
+                    mine = self._numbers[number] = _ShapeQueues(self.scheduler.ordering.key)
                 mine.add(job)
+                tenant = job.spec.tenant
+                count = self._tenant_jobs.get(tenant, 0)
+                if not count:
+                    self._bound = None
+                self._tenant_jobs[tenant] = count + 1
             if job.nominated:
                 self._nominated[job.id] = job
         elif job.state in _HOLDING and job.placement is not None:
@@ -128,11 +143,16 @@ class Session:
             else:
                 del self._queued[job_id]
             if self._merge:
-                shape = self._shape.pop(job_id)
-                mine = self._by_shape[shape]
-                mine.remove(old)
-                if not mine:
-                    del self._by_shape[shape]
+                number = self.scheduler.shape(old, self.topo)[1]
+                if self._numbers[number].remove(old):
+                    del self._numbers[number]
+                tenant = old.spec.tenant
+                count = self._tenant_jobs[tenant] - 1
+                if count:
+                    self._tenant_jobs[tenant] = count
+                else:
+                    del self._tenant_jobs[tenant]
+                    self._bound = None
         elif self._holding.pop(job_id, None) is not None:
             self._hold(old, -1)
 
@@ -158,6 +178,8 @@ class Session:
     def set_tenants(self, tenants: Mapping[str, Tenant]) -> None:
         """Replace the tenants (an empty mapping: no tenant checks)."""
         self.tenants = MappingProxyType(dict(tenants))
+        self._quota_tenants = [n for n, t in self.tenants.items() if t.quota]
+        self._bound = None
 
     def _hold(self, job: JobView, sign: int) -> None:
         placement = job.placement
@@ -216,12 +238,13 @@ class Session:
         if self._shares:
             snap = snap or self.snapshot(now)
             shares = scheduler.ordering.time_shares(snap)
-        failed: dict[Shape, str] | None = None
+        failed: Failed | None = None
         everyone: Callable[[], Sequence[JobView]] | None = None
         if scheduler.merges(held):  # only shapes that have not failed are walked
-            failed = {}
+            failed = Failed(self.tenants)
             if self._merge:
-                ordered, everyone = merge_shapes(self._by_shape, key, failed), self._everyone
+                ordered = merge_shapes(self._numbers, key, failed, self._bound_tenants(failed))
+                everyone = self._everyone
             else:  # a policy without a fixed key: its order of this decision, by shape
                 listed = list(ordered)
                 ordered = scheduler.merge_listed(listed, self.topo, failed)
@@ -235,7 +258,7 @@ class Session:
                     tenants=self.tenants,
                     index=index,
                     running=self._holding.values(),
-                    usage={t: dict(per) for t, per in self._usage.items()},
+                    usage=self._quota_usage(),
                     held=held,
                     ordered=ordered,
                     pending=list(self._pending),
@@ -254,6 +277,18 @@ class Session:
             # was decided costs nothing more; one it does not is undone)
             self._stale.update(index.keep(mark))
 
+    def _quota_usage(self) -> dict[str, dict[str, int]]:
+        """A copy of the tenants' use for a decision: only that of tenants under a quota
+        is read (the decision adds its starts to it)."""
+        usage = self._usage
+        return {t: dict(usage[t]) for t in self._quota_tenants if t in usage}
+
+    def _bound_tenants(self, failed: Failed) -> list[str]:
+        """The queued tenants under a quota or not known (kept until one comes or goes)."""
+        if self._bound is None:
+            self._bound = [t for t in self._tenant_jobs if failed.bound(t)]
+        return self._bound
+
     def reason(self, job_id: str) -> str | None:
         """Why a queued job waits *now* (what a decision would say of a job in a full
         fabric's queue tail); None for a job that is not queued."""
@@ -264,10 +299,13 @@ class Session:
             return "waiting for admission"
         if job.state is not JobState.ADMITTED:
             return None
-        never, req = self.scheduler.request(job, self.topo)
+        never, base = self.scheduler.request(job, self.topo)
         if never is not None:
             return f"can never run here: {never.message}"
-        return explain(req, self.index)
+        req, note, over = Quota(self.tenants, self._usage).check(job, base)
+        if note is not None:
+            return note
+        return explain(req, self.index) + (f"; over quota: {over}" if over else "")
 
     def _everyone(self) -> Sequence[JobView]:
         tail = _QueueTail(self._queue, 0)
@@ -288,6 +326,44 @@ class Session:
     def _queued_ids(self) -> Iterable[str]:
         yield from (j.id for j in self._queue)
         yield from self._queued
+
+
+class _ShapeQueues:
+    """The queued jobs of one shape number (:class:`~accelnet.sched.scheduler.ShapeQueues`):
+    per tenant in the ordering's order, and ``(key of its first job, tenant)`` sorted."""
+
+    __slots__ = ("heads", "key", "queues")
+
+    def __init__(self, key: Callable[[JobView], Any]) -> None:
+        self.key = key
+        self.heads: SortedList[tuple[Any, str]] = SortedList()
+        self.queues: dict[str, SortedKeyList[JobView]] = {}
+
+    def add(self, job: JobView) -> None:
+        tenant = job.spec.tenant
+        queue = self.queues.get(tenant)
+        if queue is None:
+            queue = self.queues[tenant] = SortedKeyList(key=self.key)
+        first = queue[0] if queue else None
+        queue.add(job)
+        if queue[0] is job:
+            if first is not None:
+                self.heads.remove((self.key(first), tenant))
+            self.heads.add((self.key(job), tenant))
+
+    def remove(self, job: JobView) -> bool:
+        """Take ``job`` (as it was added) out; whether no job of the number is left."""
+        tenant = job.spec.tenant
+        queue = self.queues[tenant]
+        first = queue[0] is job
+        queue.remove(job)
+        if first:
+            self.heads.remove((self.key(job), tenant))
+            if queue:
+                self.heads.add((self.key(queue[0]), tenant))
+        if not queue:
+            del self.queues[tenant]
+        return not self.queues
 
 
 class _QueueTail(Sequence[JobView]):
