@@ -41,7 +41,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.capacity import CapacityIndex, Schedulable
 from accelnet.sched.colocate import (
     PACKED_SHARE,
     Factors,
@@ -59,6 +59,8 @@ from accelnet.sched.placement import explain
 from accelnet.sched.roundplan import make_plan
 from accelnet.sched.scheduler import Scheduler, Walk, traffic_hook
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
+from accelnet.sched.spec import JobSpec
+from accelnet.sched.topology import DeviceClass
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
 
@@ -243,6 +245,10 @@ class RoundScheduler(Scheduler):
         self._x: Allocation = {}
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
+        # each job's rates per model, kept across decisions: (spec, rate fn, room, rates)
+        self._all: tuple[object, dict[str, int]] = (None, {})  # topology, devices per model
+        self._tput: dict[str, tuple[JobSpec, RateFn, tuple[tuple[str, int], ...],
+                                    dict[str, float]]] = {}  # fmt: skip
 
     def walk(self, w: Walk) -> Decision:
         """Plan (when a round begins or the jobs changed) and realise the plan."""
@@ -444,24 +450,32 @@ class RoundScheduler(Scheduler):
         return f"{self.policy.name} round: {where}"
 
     def _context(self, jobs: list[JobView], info: JobInfo, w: Walk) -> RoundContext:
-        topo, index = w.topo, w.index
-        capacity: dict[str, int] = {}
-        for dev, cls in topo.class_of.items():
-            if dev in index.schedulable:
-                capacity[cls.model.name] = capacity.get(cls.model.name, 0) + 1
+        topo = w.topo
+        capacity = self._capacity(w)
         models = sorted(capacity)
         gang: dict[str, int] = {}
         tput: dict[str, dict[str, float]] = {}
         size: dict[str, float] = {}
+        room = tuple((m, capacity[m]) for m in models)
+        if len(self._tput) > 2 * len(jobs) + 1000:
+            ids = {j.id for j in jobs}
+            self._tput = {k: v for k, v in self._tput.items() if k in ids}
         for job in jobs:
             acc = job.spec.resources.accelerators
             n = acc.count
             gang[job.id] = n
             size[job.id] = n * acc.share
+            # a job's rates depend on its spec, the rate function and the models' room
+            hit = self._tput.get(job.id)
+            if hit is not None and hit[0] is job.spec and hit[1] is info.rates and hit[2] == room:
+                tput[job.id] = dict(hit[3])
+                continue
             never, req = self.request(job, topo)
             allowed = {c.model.name for c in req.classes} if never is None else set()
-            tput[job.id] = {m: info.rate(job, m, n) * acc.share for m in models
-                            if m in allowed and capacity[m] >= n}  # fmt: skip
+            rates = {m: info.rate(job, m, n) * acc.share for m in models
+                     if m in allowed and capacity[m] >= n}  # fmt: skip
+            self._tput[job.id] = (job.spec, info.rates, room, rates)
+            tput[job.id] = dict(rates)
         weights = {}
         if w.tenants:
             for job in jobs:
@@ -471,6 +485,17 @@ class RoundScheduler(Scheduler):
             jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window,
             w.tenants, size, self._pair_rates(jobs, gang),
         )  # fmt: skip
+
+    def _capacity(self, w: Walk) -> dict[str, int]:
+        """Schedulable devices per model, in the topology's order of models. With none of
+        the topology's devices down, its total per model (counted once per topology)."""
+        topo, schedulable = w.topo, w.index.schedulable
+        whole = isinstance(schedulable, Schedulable) and not schedulable.down
+        if whole and schedulable.known is topo.class_of:
+            if self._all[0] is not topo:
+                self._all = (topo, _count_models(topo.class_of, lambda _: True))
+            return dict(self._all[1])
+        return _count_models(topo.class_of, schedulable.__contains__)
 
     def _pair_rates(
         self, jobs: Sequence[JobView], gang: Mapping[str, int]
@@ -488,3 +513,14 @@ class RoundScheduler(Scheduler):
             return fn(ja.spec, jb.spec, model, gang[a])
 
         return pair
+
+
+def _count_models(
+    class_of: Mapping[str, DeviceClass], keep: Callable[[str], bool]
+) -> dict[str, int]:
+    """Devices per model among those ``keep`` accepts (models in order of first device)."""
+    out: dict[str, int] = {}
+    for dev, cls in class_of.items():
+        if keep(dev):
+            out[cls.model.name] = out.get(cls.model.name, 0) + 1
+    return out

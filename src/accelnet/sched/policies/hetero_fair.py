@@ -22,6 +22,8 @@ that, classes without pairs).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.sparse import coo_matrix, csr_matrix, hstack
 
@@ -38,18 +40,21 @@ from accelnet.sched.policies.lp import (
     solve,
     stack,
 )
+from accelnet.sched.policies.memo import Memo
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
+from accelnet.sched.snapshot import JobView
 
 
-def equal_share(ctx: RoundContext) -> dict[str, float]:
+def equal_share(ctx: RoundContext, jobs: Sequence[JobView] | None = None) -> dict[str, float]:
     """Each job's throughput from an equal share of every model (time fractions scaled so
     that a job never gets more than all of its time), per device of its gang: as in
     Gavel's formulation, a job's level counts its gang size, so a gang is not held to the
-    level of a single-device job."""
+    level of a single-device job. ``jobs``: only these of ``ctx``'s jobs (the share is
+    still of all of them)."""
     n = max(1, len(ctx.jobs))
     share = {m: ctx.capacity[m] / n for m in ctx.models}
     out: dict[str, float] = {}
-    for job in ctx.jobs:
+    for job in ctx.jobs if jobs is None else jobs:
         rates = ctx.tput[job.id]
         gang = max(1, ctx.gang[job.id])
         time = {m: share[m] / gang for m in rates}
@@ -64,6 +69,9 @@ class HeteroFair(RoundPolicy):
 
     name = "hetero-fair"
 
+    def __init__(self) -> None:
+        self._solved: Memo[list[dict[str, float] | None]] = Memo()
+
     @classmethod
     def packed(cls) -> HeteroFair:
         """The variant that also packs pairs of jobs (``hetero-fair-packed``)."""
@@ -74,9 +82,8 @@ class HeteroFair(RoundPolicy):
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         """See :class:`RoundPolicy`."""
-        fair = equal_share(ctx)
         if self.packs and ctx.colocated is not None and len(ctx.jobs) <= CLASSES_ABOVE:
-            packed = self._packed(ctx, fair)
+            packed = self._packed(ctx, equal_share(ctx))
             if packed is not None:
                 return packed
         members: dict[tuple[object, ...], list[str]] = {}
@@ -84,12 +91,34 @@ class HeteroFair(RoundPolicy):
             key = (tuple(sorted(ctx.tput[job.id].items())), ctx.gang[job.id],
                    ctx.weights.get(job.id, 1.0))  # fmt: skip
             members.setdefault(key, []).append(job.id)
+        # the LP is a function of these alone (a class's fair share too: its rates, its
+        # gang, the number of jobs and the capacity), in this order
+        lp_key = (len(ctx.jobs), tuple((m, ctx.capacity[m]) for m in ctx.models),
+                  tuple((key, len(ids)) for key, ids in members.items()))  # fmt: skip
+        shares = self._solved.get(lp_key)
+        if shares is None:
+            shares = self._solve(ctx, members)
+            self._solved.put(lp_key, shares)
+        out: dict[str, dict[str, float]] = {}
+        for ids, share in zip(members.values(), shares, strict=True):
+            if share is not None:
+                for jid in ids:
+                    out[jid] = dict(share)
+        return out
+
+    def _solve(
+        self, ctx: RoundContext, members: dict[tuple[object, ...], list[str]]
+    ) -> list[dict[str, float] | None]:
+        """The two stages over classes: each class's member share (None: none), in the
+        order of ``members``."""
         reps = {ids[0]: ids for ids in members.values()}
+        none: list[dict[str, float] | None] = [None] * len(members)
         sub = RoundContext([j for j in ctx.jobs if j.id in reps], ctx.models, ctx.capacity,
                            ctx.gang, ctx.tput, ctx.info, ctx.round_s, ctx.weights)  # fmt: skip
+        fair = equal_share(ctx, sub.jobs)
         p = pairs_of(sub)
         if p.n == 0:
-            return {}
+            return none
         size = np.array([float(len(reps[j])) for j in p.jobs])
         p.b_shared[: len(p.jobs)] = size  # a class has as much time as it has members
         norm = np.array(
@@ -109,7 +138,7 @@ class HeteroFair(RoundPolicy):
         c[-1] = -1.0
         v = solve(c, a, b, [(0.0, size[i]) for i, _ in p.pairs] + [(0.0, None)])
         if v is None:
-            return {}
+            return none
         t = v[-1] * (1 - 1e-6)
         # stage 2: the most total normalised throughput with every job at level t or more
         a2 = stack(p.a_shared, -level_rows)
@@ -118,11 +147,7 @@ class HeteroFair(RoundPolicy):
         v2 = solve(-coef * col_size, a2, b2, [(0.0, n) for n in col_size])
         best = v2 if v2 is not None else v[: p.n]
         y = allocation(p, best[: p.n] / col_size)  # each member's share
-        out: dict[str, dict[str, float]] = {}
-        for rep, share in y.items():
-            for jid in reps[rep]:
-                out[jid] = dict(share)
-        return out
+        return [dict(y[ids[0]]) if ids[0] in y else None for ids in members.values()]
 
     def _packed(self, ctx: RoundContext, fair: dict[str, float]) -> PackedAllocation | None:
         """The two stages with a column per job and per pair that gains by sharing (None:

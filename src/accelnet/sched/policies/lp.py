@@ -17,6 +17,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix, csr_matrix, hstack, vstack
 
+from accelnet.sched.policies.highs import HIGHS_DIRECT, solve_direct
 from accelnet.sched.rounds import Allocation, RoundContext
 
 
@@ -136,7 +137,22 @@ def solve(
     bounds: Sequence[tuple[float | None, float | None]],
 ) -> np.ndarray | None:
     """Minimise ``c @ v`` s.t. ``a_ub @ v <= b_ub`` within ``bounds``; None if HiGHS finds no
-    optimum (infeasible or unbounded: callers fall back)."""
+    optimum (infeasible or unbounded: callers fall back). HiGHS is called directly, with
+    the model and options ``linprog(method="highs")`` gives it (:mod:`.highs`), so the
+    answer is linprog's without its input checks (~2 ms a call, 80 % of a small round's LP
+    time); where scipy's HiGHS binding is not there, through linprog."""
+    if HIGHS_DIRECT:
+        return solve_direct(c, a_ub, b_ub, bounds)
+    return solve_linprog(c, a_ub, b_ub, bounds)
+
+
+def solve_linprog(
+    c: np.ndarray,
+    a_ub: csr_matrix,
+    b_ub: np.ndarray,
+    bounds: Sequence[tuple[float | None, float | None]],
+) -> np.ndarray | None:
+    """:func:`solve` through ``scipy.optimize.linprog``."""
     res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=list(bounds), method="highs")
     if res.status != 0 or res.x is None:
         return None

@@ -1,0 +1,86 @@
+"""HiGHS called the way ``scipy.optimize.linprog(method="highs")`` calls it, without the
+input checks and conversions around it.
+
+A round's LP is small (tens to hundreds of columns), so linprog's own work (checking and
+converting its inputs, checking every option against HiGHS's table, building the result)
+costs four times HiGHS's solve. :func:`solve_direct` hands HiGHS the same model (the
+constraint matrix in CSC form, rows ``-inf <= A v <= b``, the same bounds) with the same
+options linprog sets (presolve on, dual simplex strategy, no output) and applies linprog's
+feasibility check to the answer, so it returns linprog's ``x`` bit for bit (a test
+compares them). It uses scipy's private binding of HiGHS; where that is missing
+(:data:`HIGHS_DIRECT` false), callers use linprog.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.sparse import csr_matrix
+
+try:  # scipy's bundled HiGHS (private: what linprog itself calls)
+    from scipy.optimize._highspy import _core
+except ImportError:  # pragma: no cover - another scipy layout: linprog is used
+    _core = None
+
+HIGHS_DIRECT = _core is not None and hasattr(_core, "_Highs")
+_TOL = math.sqrt(1e-9) * 10  # linprog's feasibility check of HiGHS's answer (tol 1e-9)
+
+
+def _options() -> Any:
+    opts = _core.HighsOptions()
+    opts.presolve = "on"  # linprog: presolve=True
+    opts.output_flag = False
+    opts.log_to_console = False
+    opts.highs_debug_level = 0  # kHighsDebugLevelNone
+    opts.simplex_strategy = 1  # kSimplexStrategyDual
+    return opts
+
+
+def solve_direct(
+    c: np.ndarray,
+    a_ub: csr_matrix,
+    b_ub: np.ndarray,
+    bounds: Sequence[tuple[float | None, float | None]],
+) -> np.ndarray | None:
+    """Minimise ``c @ v`` s.t. ``a_ub @ v <= b_ub`` within ``bounds`` (None: unbounded on
+    that side); None if HiGHS reports no optimum or its answer fails linprog's check."""
+    n = int(c.size)
+    a = a_ub.tocsc()
+    rows = int(a.shape[0])
+    lb = np.array([-np.inf if lo is None else float(lo) for lo, _ in bounds], dtype=float)
+    ub = np.array([np.inf if hi is None else float(hi) for _, hi in bounds], dtype=float)
+    rhs = np.asarray(b_ub, dtype=float)
+    lp = _core.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = rows
+    lp.a_matrix_.num_col_ = n
+    lp.a_matrix_.num_row_ = rows
+    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
+    lp.col_cost_ = np.asarray(c, dtype=float)
+    lp.col_lower_ = np.where(np.isinf(lb), -_core.kHighsInf, lb)
+    lp.col_upper_ = np.where(np.isinf(ub), _core.kHighsInf, ub)
+    lp.row_lower_ = np.full(rows, -_core.kHighsInf)
+    lp.row_upper_ = np.where(np.isinf(rhs), _core.kHighsInf, rhs)
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data
+    highs = _core._Highs()
+    if highs.passOptions(_options()) == _core.HighsStatus.kError:
+        return None
+    if highs.passModel(lp) == _core.HighsStatus.kError:
+        return None
+    if highs.run() == _core.HighsStatus.kError:
+        return None
+    if highs.getModelStatus() != _core.HighsModelStatus.kOptimal:
+        return None
+    solution = highs.getSolution()
+    x = np.array(solution.col_value, dtype=float)
+    slack = rhs - np.asarray(solution.row_value, dtype=float)
+    if np.isnan(x).any() or np.isnan(slack).any():
+        return None
+    if not np.all((x >= lb - _TOL) & (x <= ub + _TOL)) or (slack < -_TOL).any():
+        return None
+    return x

@@ -1,0 +1,87 @@
+"""What makes the LP policies fast changes no answer: HiGHS called directly returns
+linprog's solution, and hetero-fair's memo of solved LPs gives the allocation a fresh
+solve gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.sparse import csr_matrix
+
+from accelnet.sched.policies import highs, lp
+from accelnet.sched.policies.hetero_fair import HeteroFair
+from accelnet.sched.rounds import RoundContext
+from tests.sched.test_lp_classes import queue
+from tests.sched.test_policies import contexts
+
+pytestmark = pytest.mark.skipif(not highs.HIGHS_DIRECT, reason="scipy's HiGHS binding missing")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10**6), rows=st.integers(1, 12), cols=st.integers(1, 30))
+def test_direct_highs_returns_linprogs_solution(seed: int, rows: int, cols: int) -> None:
+    rng = np.random.default_rng(seed)
+    dense = rng.uniform(-1.0, 3.0, (rows, cols)) * (rng.random((rows, cols)) < 0.4)
+    a = csr_matrix(dense)
+    b = rng.uniform(-1.0, 10.0, rows)
+    c = rng.uniform(-5.0, 1.0, cols)
+    bounds = [(0.0, None if rng.random() < 0.3 else float(rng.uniform(0.5, 4.0)))
+              for _ in range(cols)]  # fmt: skip
+    direct = highs.solve_direct(c, a, b, bounds)
+    slow = lp.solve_linprog(c, a, b, bounds)
+    assert (direct is None) == (slow is None)
+    if direct is not None and slow is not None:
+        assert np.array_equal(direct, slow)  # the same solver, model and options
+
+
+def test_direct_highs_says_none_where_linprog_does() -> None:
+    a = csr_matrix(np.array([[1.0], [-1.0]]))
+    infeasible = highs.solve_direct(np.array([1.0]), a, np.array([1.0, -2.0]), [(0.0, None)])
+    assert infeasible is None
+    unbounded = highs.solve_direct(np.array([-1.0]), csr_matrix((0, 1)), np.zeros(0),
+                                   [(0.0, None)])  # fmt: skip
+    assert unbounded is None
+    assert lp.solve_linprog(np.array([-1.0]), csr_matrix((0, 1)), np.zeros(0),
+                            [(0.0, None)]) is None  # fmt: skip
+
+
+def _fresh(ctx: RoundContext) -> dict[str, dict[str, float]]:
+    return {j: dict(s) for j, s in HeteroFair().allocate(ctx).items()}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts())
+def test_hetero_fair_memo_gives_a_fresh_solves_allocation(ctx: RoundContext) -> None:
+    policy = HeteroFair()
+    first = {j: dict(s) for j, s in policy.allocate(ctx).items()}
+    again = policy.allocate(ctx)  # the same question: answered from the memo
+    assert policy._solved.hits == 1
+    assert again == first == _fresh(ctx)
+
+
+def test_hetero_fair_memo_tells_apart_what_the_lp_depends_on() -> None:
+    policy = HeteroFair()
+    ctx = queue(7, 40, 4)
+    policy.allocate(ctx)
+    fewer = replace(ctx, jobs=ctx.jobs[:-3])  # other class sizes and equal shares
+    smaller = replace(ctx, capacity={**ctx.capacity, "X": ctx.capacity["X"] // 2})
+    reordered = replace(ctx, jobs=list(reversed(ctx.jobs)))  # classes in another order
+    for other in (fewer, smaller, reordered):
+        assert policy.allocate(other) == _fresh(other)
+    assert policy._solved.hits == 0
+    assert policy.allocate(ctx) == _fresh(ctx)
+    assert policy._solved.hits == 1
+
+
+def test_hetero_fair_memo_keeps_a_few_answers() -> None:
+    policy = HeteroFair()
+    contexts_ = [queue(seed, 30, 3) for seed in range(20)]
+    for ctx in contexts_:
+        policy.allocate(ctx)
+    assert len(policy._solved._items) == policy._solved.size
+    assert policy.allocate(contexts_[-1]) == _fresh(contexts_[-1])
+    assert policy._solved.hits == 1
