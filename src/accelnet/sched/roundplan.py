@@ -72,8 +72,24 @@ def make_plan(
             elif jid not in counted:
                 room.take(model, ctx.gang[jid], share(jid))
             quotas.charge(jid, model, quota_part(jid, model))
+
+    def place(unit: tuple[str, ...], model: str, part: float) -> None:
+        count, part_of_one = ctx.gang[unit[0]], share(unit[0])
+        if room.fits(model, count, part_of_one) and quotas.allows(unit, model, part):
+            for jid in unit:
+                plan[jid] = model
+                quotas.charge(jid, model, part)
+            if len(unit) == 2:
+                mates[unit[0]], mates[unit[1]] = unit[1], unit[0]
+            room.take(model, count, part_of_one)
+
+    tput = ctx.tput
     for unit, model in units:
-        if any(not ctx.tput.get(j, {}).get(model) for j in unit):
+        if len(unit) == 1:  # a job alone (most units): the checks below, shortened
+            if unit[0] not in plan and tput.get(unit[0], {}).get(model):
+                place(unit, model, quota_part(unit[0], model))
+            continue
+        if any(not tput.get(j, {}).get(model) for j in unit):
             continue
         joins = [j for j in unit if j not in plan]
         if len(unit) == 2 and len(joins) == 1:
@@ -83,17 +99,8 @@ def make_plan(
                 plan[joins[0]], mates[host], mates[joins[0]] = model, joins[0], host
                 quotas.charge(joins[0], model, PACKED_SHARE)
             continue
-        if len(joins) < len(unit):
-            continue
-        part = quota_part(unit[0], model) if len(unit) == 1 else PACKED_SHARE
-        count, part_of_one = ctx.gang[unit[0]], share(unit[0])
-        if room.fits(model, count, part_of_one) and quotas.allows(unit, model, part):
-            for jid in unit:
-                plan[jid] = model
-                quotas.charge(jid, model, part)
-            if len(unit) == 2:
-                mates[unit[0]], mates[unit[1]] = unit[1], unit[0]
-            room.take(model, count, part_of_one)
+        if len(joins) == len(unit):
+            place(unit, model, PACKED_SHARE)
     return plan, mates
 
 
@@ -129,6 +136,8 @@ class _Quotas:
         return True
 
     def charge(self, jid: str, model: str, part: float = 1.0) -> None:
+        if not self.ctx.tenants:
+            return  # no quotas: nothing reads what is used
         used = self.used.setdefault(self.tenant_of.get(jid, ""), {})
         need = self.ctx.holds(jid) * part
         for key in (model, "*"):

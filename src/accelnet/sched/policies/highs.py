@@ -39,6 +39,9 @@ def _options() -> Any:
     return opts
 
 
+_OPTIONS = _options() if HIGHS_DIRECT else None  # never changed: HiGHS copies them
+
+
 def solve_direct(
     c: np.ndarray,
     a_ub: csr_matrix,
@@ -50,8 +53,9 @@ def solve_direct(
     n = int(c.size)
     a = a_ub.tocsc()
     rows = int(a.shape[0])
-    lb = np.array([-np.inf if lo is None else float(lo) for lo, _ in bounds], dtype=float)
-    ub = np.array([np.inf if hi is None else float(hi) for _, hi in bounds], dtype=float)
+    box = np.array(bounds, dtype=float).reshape(n, 2)  # None -> nan: no bound on that side
+    lb = np.where(np.isnan(box[:, 0]), -np.inf, box[:, 0])
+    ub = np.where(np.isnan(box[:, 1]), np.inf, box[:, 1])
     rhs = np.asarray(b_ub, dtype=float)
     lp = _core.HighsLp()
     lp.num_col_ = n
@@ -68,7 +72,7 @@ def solve_direct(
     lp.a_matrix_.index_ = a.indices
     lp.a_matrix_.value_ = a.data
     highs = _core._Highs()
-    if highs.passOptions(_options()) == _core.HighsStatus.kError:
+    if highs.passOptions(_OPTIONS) == _core.HighsStatus.kError:
         return None
     if highs.passModel(lp) == _core.HighsStatus.kError:
         return None
