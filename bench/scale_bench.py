@@ -13,7 +13,9 @@ timed: drawing the random workload. Figures: placements per second of scheduler 
 (starts / time), decisions per second, decision latency (median, p99); each the median of
 three consecutive runs (the machine is shared and noisy). ``BATCH`` 1 is a
 decision after every job end; a busy controller takes all the events a poll brings (10,
-100) and decides once.
+100) and decides once. The queue is spread uniformly over ``--tenants`` tenants (1, 20
+and 100), and once more at the largest count with ``--quota-tenants`` of them under a
+quota of ``QUOTA`` GPUs (the others known, without one).
 
 **Burst**: the same queue on the empty fabric, one decision placing all it can: jobs
 placed per second.
@@ -36,6 +38,7 @@ by job id, never by spec identity across jobs), so a million queued jobs fit in 
 Run from the project root::
 
     .venv/bin/python bench/scale_bench.py [--seconds 3] [--sim] [--quick]
+    .venv/bin/python bench/scale_bench.py --steady-only [--tenants 1,20,100] [--batches 1,10]
     .venv/bin/python bench/scale_bench.py --replot --sim-json bench/results/sim_scale.json
 
 Writes ``bench/results/scale.json`` and ``bench/results/scale_growth.png``.
