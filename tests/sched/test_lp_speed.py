@@ -85,3 +85,15 @@ def test_hetero_fair_memo_keeps_a_few_answers() -> None:
     assert len(policy._solved._items) == policy._solved.size
     assert policy.allocate(contexts_[-1]) == _fresh(contexts_[-1])
     assert policy._solved.hits == 1
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts())
+def test_hetero_fair_csc_rows_are_linprogs_rows(
+    ctx: RoundContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    direct = _fresh(ctx)
+    with monkeypatch.context() as m:  # the CSC arrays through scipy.sparse and linprog
+        m.setattr(lp, "HIGHS_DIRECT", False)
+        slow = _fresh(ctx)
+    assert direct == slow

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.sparse import coo_matrix, csr_matrix, hstack
+from scipy.sparse import coo_matrix, csr_matrix
 
 from accelnet.sched.colocate import PackedAllocation
 from accelnet.sched.policies.lp import (
@@ -38,6 +38,7 @@ from accelnet.sched.policies.lp import (
     pairs_of,
     side_by_side,
     solve,
+    solve_csc,
     stack,
 )
 from accelnet.sched.policies.memo import Memo
@@ -126,25 +127,37 @@ class HeteroFair(RoundPolicy):
              for i, _ in p.pairs]
         )  # fmt: skip
         coef = p.rate * norm  # a class's columns hold its members' summed time
-        level_rows = job_rows(p, coef)  # normalised throughput of each member
-        jobs = len(p.jobs)
+        jobs, n = len(p.jobs), p.n
+        # the rows, as CSC arrays built at once (scipy.sparse blocks cost more than the
+        # solve): per column, its class's time row (1), its model's capacity row (gang)
+        # and its class's level row (-coef); stage 1 adds t's column (1 in each level row)
+        index = np.array([i for i, _ in p.pairs])
+        model_row = {m: jobs + k for k, m in enumerate(ctx.models)}
+        gang = np.array([float(ctx.gang[p.jobs[i]]) for i in index])
+        rows = np.empty((n, 3), dtype=np.int32)
+        rows[:, 0] = index
+        rows[:, 1] = [model_row[m] for _, m in p.pairs]
+        rows[:, 2] = jobs + len(model_row) + index
+        values = np.empty((n, 3))
+        values[:, 0], values[:, 1], values[:, 2] = 1.0, gang, -coef
+        level_rows = np.arange(jobs + len(model_row), 2 * jobs + len(model_row), dtype=np.int32)
+        start = np.arange(0, 3 * n + 1, 3, dtype=np.int32)
         # stage 1: maximise t s.t. level_j >= t  <=>  t - level_j <= 0
-        a = stack(
-            extra_columns(p.a_shared, 1),
-            csr_matrix(hstack([-level_rows, csr_matrix(np.ones((jobs, 1)))])),
-        )
+        csc1 = (np.append(start, 3 * n + jobs).astype(np.int32),
+                np.concatenate([rows.ravel(), level_rows]),
+                np.concatenate([values.ravel(), np.ones(jobs)]))  # fmt: skip
         b = np.concatenate([p.b_shared, np.zeros(jobs)])
-        c = np.zeros(p.n + 1)
+        c = np.zeros(n + 1)
         c[-1] = -1.0
-        v = solve(c, a, b, [(0.0, size[i]) for i, _ in p.pairs] + [(0.0, None)])
+        col_size = size[index]
+        v = solve_csc(c, csc1, b, np.zeros(n + 1), np.append(col_size, np.inf))
         if v is None:
             return none
         t = v[-1] * (1 - 1e-6)
         # stage 2: the most total normalised throughput with every job at level t or more
-        a2 = stack(p.a_shared, -level_rows)
         b2 = np.concatenate([p.b_shared, -np.full(jobs, t)])
-        col_size = size[[i for i, _ in p.pairs]]
-        v2 = solve(-coef * col_size, a2, b2, [(0.0, n) for n in col_size])
+        csc2 = (start, rows.ravel(), values.ravel())
+        v2 = solve_csc(-coef * col_size, csc2, b2, np.zeros(n), col_size.copy())
         best = v2 if v2 is not None else v[: p.n]
         y = allocation(p, best[: p.n] / col_size)  # each member's share
         return [dict(y[ids[0]]) if ids[0] in y else None for ids in members.values()]

@@ -52,11 +52,24 @@ def solve_direct(
     that side); None if HiGHS reports no optimum or its answer fails linprog's check."""
     n = int(c.size)
     a = a_ub.tocsc()
-    rows = int(a.shape[0])
     box = np.array(bounds, dtype=float).reshape(n, 2)  # None -> nan: no bound on that side
     lb = np.where(np.isnan(box[:, 0]), -np.inf, box[:, 0])
     ub = np.where(np.isnan(box[:, 1]), np.inf, box[:, 1])
-    rhs = np.asarray(b_ub, dtype=float)
+    return solve_csc(c, (a.indptr, a.indices, a.data), np.asarray(b_ub, dtype=float), lb, ub)
+
+
+def solve_csc(
+    c: np.ndarray,
+    csc: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rhs: np.ndarray,
+    lb: np.ndarray,
+    ub: np.ndarray,
+) -> np.ndarray | None:
+    """:func:`solve_direct` with the matrix as CSC arrays ``(indptr, indices, data)``
+    (row indices sorted within each column: what ``tocsc`` gives) and the bounds as
+    arrays (``inf`` for none)."""
+    indptr, indices, data = csc
+    n, rows = int(c.size), int(rhs.size)
     lp = _core.HighsLp()
     lp.num_col_ = n
     lp.num_row_ = rows
@@ -68,9 +81,9 @@ def solve_direct(
     lp.col_upper_ = np.where(np.isinf(ub), _core.kHighsInf, ub)
     lp.row_lower_ = np.full(rows, -_core.kHighsInf)
     lp.row_upper_ = np.where(np.isinf(rhs), _core.kHighsInf, rhs)
-    lp.a_matrix_.start_ = a.indptr
-    lp.a_matrix_.index_ = a.indices
-    lp.a_matrix_.value_ = a.data
+    lp.a_matrix_.start_ = indptr
+    lp.a_matrix_.index_ = indices
+    lp.a_matrix_.value_ = data
     highs = _core._Highs()
     if highs.passOptions(_OPTIONS) == _core.HighsStatus.kError:
         return None

@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import coo_matrix, csr_matrix, hstack, vstack
+from scipy.sparse import coo_matrix, csc_matrix, csr_matrix, hstack, vstack
 
 from accelnet.sched.policies.highs import HIGHS_DIRECT, solve_direct
+from accelnet.sched.policies.highs import solve_csc as highs_csc
 from accelnet.sched.rounds import Allocation, RoundContext
 
 
@@ -144,6 +145,24 @@ def solve(
     if HIGHS_DIRECT:
         return solve_direct(c, a_ub, b_ub, bounds)
     return solve_linprog(c, a_ub, b_ub, bounds)
+
+
+def solve_csc(
+    c: np.ndarray,
+    csc: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rhs: np.ndarray,
+    lb: np.ndarray,
+    ub: np.ndarray,
+) -> np.ndarray | None:
+    """:func:`solve` with the matrix as CSC arrays ``(indptr, indices, data)``, rows sorted
+    within each column, and the bounds as arrays (``inf``: none): no ``scipy.sparse``
+    object is built on the direct path."""
+    if HIGHS_DIRECT:
+        return highs_csc(c, csc, rhs, lb, ub)
+    a = csc_matrix((csc[2], csc[1], csc[0]), shape=(rhs.size, c.size))
+    bounds = [(None if np.isinf(lo) else float(lo), None if np.isinf(hi) else float(hi))
+              for lo, hi in zip(lb, ub, strict=True)]  # fmt: skip
+    return solve_linprog(c, csr_matrix(a), rhs, bounds)
 
 
 def solve_linprog(
