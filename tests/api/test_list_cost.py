@@ -16,7 +16,7 @@ import anyio
 import httpx
 import pytest
 
-from accelnet.api.audit import AuditLog, RefusalSampler
+from accelnet.api.audit import AuditLog, AuditMiddleware, RefusalSampler
 from accelnet.api.db import ApiDb
 from accelnet.api.jobs import JobService
 from accelnet.api.limits import AnonymousLimitMiddleware, FairShareMiddleware, RateLimiter
@@ -327,3 +327,31 @@ def test_each_sender_has_two_requests_in_progress_at_most() -> None:
     anyio.run(main)
     assert most == {"a": 2, "b": 2} and answers == [200] * 9
     assert fair._senders == {}  # nothing kept once the requests are answered
+
+
+def test_a_change_is_in_the_audit_log_before_its_caller_hears_the_answer(
+    tmp_path: Path,
+) -> None:
+    # the server sends what the app sends as it goes: an entry written after the answer
+    # (as it was) let a caller read the log without its own change (seen under load)
+    db = ApiDb(tmp_path / "a.db")
+    audit = AuditLog(db)
+    seen: list[tuple[str, int]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        seen.append((message["type"], len(audit.since(0, 10))))
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def crash(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise RuntimeError("the handler crashed before answering")
+
+    scope = {"type": "http", "method": "POST", "path": "/api/v1/jobs", "state": {}}
+    anyio.run(AuditMiddleware(_ok, audit, ManualClock(1.0)), dict(scope), receive, send)
+    assert seen[0] == ("http.response.start", 1)  # written before the caller hears
+    assert [(e.status, e.path) for e in audit.since(0, 10)] == [(200, "/api/v1/jobs")]
+    with pytest.raises(RuntimeError, match="crashed"):
+        anyio.run(AuditMiddleware(crash, audit, ManualClock(2.0)), dict(scope), receive, send)
+    assert [e.status for e in audit.since(0, 10)] == [200, 500]  # once each
+    db.close()

@@ -298,12 +298,13 @@ def client_address(scope: Scope) -> str:
 
 
 class AuditMiddleware:
-    """ASGI middleware writing an :class:`AuditLog` entry for every state-changing call,
-    once it has been answered (or has crashed: status 500). The principal and the detail
-    come from the request's state (``principal``, ``audit_detail``, ``error_code``), set
-    by the authentication dependency, the handlers and the error handlers. A call without
-    a principal, or refused with 429, is written only if the log's sampler admits it
-    (decided here, in the event loop, without a thread: the others cost a count)."""
+    """ASGI middleware writing an :class:`AuditLog` entry for every state-changing call, as its
+    answer starts, before the caller gets it (or once it has crashed: status 500). The
+    principal and the detail come from the request's state (``principal``,
+    ``audit_detail``, ``error_code``), set by the authentication dependency, the handlers
+    and the error handlers. A call without a principal, or refused with 429, is written
+    only if the log's sampler admits it (decided here, in the event loop, without a thread:
+    the others cost a count)."""
 
     def __init__(self, app: ASGIApp, audit: AuditLog, clock: Clock) -> None:
         self.app = app
@@ -316,31 +317,36 @@ class AuditMiddleware:
             return
         state = scope.setdefault("state", {})
         status = [500]
+        done = [False]
+
+        async def record() -> None:
+            if done[0]:
+                return
+            done[0] = True
+            found = state.get("principal")
+            who = found if isinstance(found, Principal) else None
+            detail = str(state.get("audit_detail") or state.get("error_code") or "")
+            if (who is None or status[0] == 429) and self.audit.sampler is not None:
+                sender = client_address(scope) if who is None else f"token {who.token_id}"
+                if not self.audit.sampler.admit(sender, status[0]):
+                    return
+            with anyio.CancelScope(shield=True):  # recorded even if the client went away
+                await anyio.to_thread.run_sync(
+                    lambda: self.audit.record(
+                        self.clock.now(), who, scope["method"], str(scope.get("path", "")),
+                        status[0], detail,
+                    )
+                )  # fmt: skip
 
         async def send_status(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
+                # before the caller hears the answer: an answered change is in the log by
+                # the time its caller can read the log
+                await record()
             await send(message)
 
         try:
             await self.app(scope, receive, send_status)
         finally:
-            found = state.get("principal")
-            who = found if isinstance(found, Principal) else None
-            detail = str(state.get("audit_detail") or state.get("error_code") or "")
-            written = True
-            if (who is None or status[0] == 429) and self.audit.sampler is not None:
-                sender = client_address(scope) if who is None else f"token {who.token_id}"
-                written = self.audit.sampler.admit(sender, status[0])
-            if written:
-                with anyio.CancelScope(shield=True):  # recorded even if the client went away
-                    await anyio.to_thread.run_sync(
-                        lambda: self.audit.record(
-                            self.clock.now(),
-                            who,
-                            scope["method"],
-                            str(scope.get("path", "")),
-                            status[0],
-                            detail,
-                        )
-                    )
+            await record()  # a call that crashed before answering: 500
