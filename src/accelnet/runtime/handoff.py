@@ -141,6 +141,17 @@ def sweep(base: Path) -> list[Path]:
     return removed
 
 
+def _remove(folder: Path) -> None:
+    """Remove ``folder`` and what is in it; never raises. Most attempts leave their folder
+    empty: one ``rmdir`` then, the tree walk only when that fails."""
+    try:
+        os.rmdir(folder)
+    except FileNotFoundError:
+        return
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @dataclass(slots=True)
 class _Attempt:
     shm: Path
@@ -162,6 +173,7 @@ class HandoffArea:
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self._tasks: dict[str, tuple[str, int]] = {}  # running task -> its attempt
         self._made = 0
+        self._outputs_made = False  # made once; a task that finds it gone makes it again
         sweep(self.base)
 
     def output(self, job_id: str) -> Path:
@@ -175,9 +187,10 @@ class HandoffArea:
         of ``local_world`` tasks, by default ``task.world``; fewer when the other ranks run
         on other machines). Creates only ``outputs`` (mode 0700, so jobs' output folders are
         the service user's only): the task makes the folders it uses."""
-        if not self.outputs.is_dir():
+        if not self._outputs_made:
             with contextlib.suppress(OSError):  # else the task's own mkdir reports it
                 self.outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._outputs_made = True
         key = (task.job_id, task.attempt)
         attempt = self._attempts.get(key)
         if attempt is None:
@@ -221,7 +234,7 @@ class HandoffArea:
         attempt.ended += 1
         if attempt.ended >= attempt.world and not attempt.running:
             del self._attempts[key]
-            shutil.rmtree(attempt.shm, ignore_errors=True)
+            _remove(attempt.shm)
 
     def live_shm(self) -> list[Path]:
         """The shared-memory folders of attempts still running (diagnostics, tests)."""

@@ -143,6 +143,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._events: list[TaskEvent] = []
         self._closed = False
         self._wake_lock = threading.Lock()  # wakeup() may come from any thread
+        self._woken = False  # a wake-up byte is in the pipe, not read yet
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -303,7 +304,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             if deadlines:
                 wait_s = max(0.0, min(wait_s, min(deadlines) - now))
             if self._wake_r in self._pool.wait(wait_s):
-                with contextlib.suppress(BlockingIOError):
+                with self._wake_lock, contextlib.suppress(BlockingIOError):
+                    self._woken = False  # a wakeup() from now on writes again
                     os.read(self._wake_r, 4096)
                 self._pool.collect()
                 events, self._events = self._events, []
@@ -407,14 +409,16 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     def _empty(self, scratch: Path) -> str | None:
         """Empty a scratch dir (made if missing, taken back from a user); why not, if not."""
         try:
-            _private_dir(scratch)
-            if self._users.active and scratch.stat().st_uid != os.geteuid():  # back from a user
+            st = _private_dir(scratch)
+            if self._users.active and st.st_uid != os.geteuid():  # back from a user
                 os.chown(scratch, os.geteuid(), os.getegid())
-            for entry in scratch.iterdir():
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
+            with os.scandir(scratch) as found:
+                entries = list(found)
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
                 else:
-                    entry.unlink()
+                    os.unlink(entry.path)
         except OSError as e:
             return f"could not empty scratch dir {scratch}: {e}"
         return None
@@ -424,7 +428,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     def wakeup(self) -> None:
         """Make a :meth:`poll` in progress (or the next one) return early; thread-safe."""
         with self._wake_lock, contextlib.suppress(BlockingIOError):
-            if not self._closed:
+            if not self._closed and not self._woken:  # one byte waiting is enough
+                self._woken = True
                 os.write(self._wake_w, b"!")
 
     def output_location(self, job_id: str) -> str:

@@ -15,11 +15,13 @@ Internal to :class:`~accelnet.runtime.local_backend.LocalBackend`, which owns on
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import select
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -108,6 +110,9 @@ class _Pool:
         self._top_lane: dict[str, int] = {}  # device -> the highest lane ever started
         self.ever_started: set[str] = set()
         self._log_dirs: dict[str, str] = {}  # a task's log_dir -> resolved
+        self._scratch: dict[tuple[str, int], Path] = {}  # (device, lane) -> its scratch dir
+        self._spares: dict[str, set[Path]] = {}  # device -> its spare lanes' scratch dirs
+        self._looked: set[str] = set()  # devices whose spare lanes were looked for on disk
         self._checked_at = 0.0  # when exit statuses were last read (monotonic)
         self._ping_token = 0
         # one poll object for every worker's connection (and what the backend watches):
@@ -327,14 +332,26 @@ class _Pool:
     # -- paths ------------------------------------------------------------------------------
 
     def scratch(self, device: Device, lane: int = 0) -> Path:
-        return self._workdir / "scratch" / _lane_path(device.id, lane)
+        """The scratch dir of ``device``'s ``lane`` (its path; made by whoever uses it)."""
+        path = self._scratch.get((device.id, lane))
+        if path is None:
+            path = self._workdir / "scratch" / _lane_path(device.id, lane)
+            self._scratch[device.id, lane] = path
+            if lane > 0:
+                self._spares.setdefault(device.id, set()).add(path)
+        return path
 
     def scratches(self, device: Device) -> list[Path]:
-        """The scratch dirs of ``device``: its own, and every spare lane's ever made."""
+        """The scratch dirs of ``device``: its own, and every spare lane's ever made (by
+        this pool, or by an earlier one on the same workdir: looked for once per device)."""
         own = self.scratch(device)
-        spares = own.with_name(f"{own.name}.lanes")
-        lanes = sorted(p for p in spares.iterdir() if p.is_dir()) if spares.is_dir() else []
-        return [own, *lanes]
+        if device.id not in self._looked:
+            self._looked.add(device.id)
+            spares = own.with_name(f"{own.name}.lanes")
+            if spares.is_dir():
+                found = {p for p in spares.iterdir() if p.is_dir()}
+                self._spares.setdefault(device.id, set()).update(found)
+        return [own, *sorted(self._spares.get(device.id, ()))]
 
     def spool(self, device: str, lane: int = 0) -> Path:
         return self._workdir / "workers" / f"{_lane_path(device, lane)}.spool"
@@ -360,13 +377,21 @@ def _lane_path(device: str, lane: int) -> Path:
     return path if lane == 0 else path.with_name(f"{path.name}.lanes") / f"lane{lane}"
 
 
-def _private_dir(path: Path) -> None:
+def _private_dir(path: Path) -> os.stat_result:
     """Make ``path`` (and missing parents) and leave it readable by its owner only (0700):
-    one user's tasks cannot read another's scratch, logs or payloads. Raises ``OSError``."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777
+    one user's tasks cannot read another's scratch, logs or payloads; its stat (before a
+    chmod). Raises ``OSError`` (``NotADirectoryError`` if something else has the name)."""
+    try:
+        st = os.stat(path)  # one system call when it is there, as it nearly always is
+    except FileNotFoundError:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+    mode = st.st_mode & 0o777
     if mode & 0o066 or mode & 0o700 != 0o700:  # o+x (0711, :func:`runas.hand_over`) is kept
         path.chmod(0o700)
+    return st
 
 
 def _messages(inbox: bytearray) -> list[Any]:
