@@ -179,6 +179,18 @@ def env_values() -> dict[str, str | None]:
     return {k: os.environ.get(k) for k in (*ENV_KEYS, "PATH")}
 
 
+def env_together(folder: str, n: int) -> dict[str, str | None] | None:
+    """:func:`env_values` once ``n`` tasks (processes) have called this with ``folder``:
+    they ran at the same time. None if the others did not come within 60 s."""
+    Path(folder, str(os.getpid())).touch()
+    end = time.monotonic() + 60.0
+    while len(os.listdir(folder)) < n:
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.01)
+    return env_values()
+
+
 def getpid() -> int:
     return os.getpid()
 
@@ -435,12 +447,18 @@ class BackendContract:
         (ev,) = until(b, bool)
         assert (ev.task_id, ev.kind) == ("s1", TaskEventKind.CANCELLED)
         assert alive(pids[0])
-        pays = [task(f"p{i}", d0, logs, None, env_values, job=f"k{i}") for i in (0, 1)]
+        # the two meet (each waits for the other): they ran at once, however loaded the
+        # machine (one that ended before the other was launched would share its folder)
+        meet = logs.parent / "meet"
+        meet.mkdir(mode=0o777)
+        meet.chmod(0o777)  # for tasks that run as another user
+        pays = [task(f"p{i}", d0, logs, None, env_together, str(meet), 2, job=f"k{i}")
+                for i in (0, 1)]  # fmt: skip
         b.launch(pays[0])
         b.launch(pays[1])
-        got = until(b, lambda ev: sum(e.kind in TERMINAL for e in ev) == 2)
+        got = until(b, lambda ev: sum(e.kind in TERMINAL for e in ev) == 2, limit=90.0)
         envs = [e.result for e in got if e.kind is TaskEventKind.SUCCEEDED]
-        assert len(envs) == 2
+        assert len(envs) == 2 and all(e is not None for e in envs)
         assert len({e["ACCELNET_SCRATCH"] for e in envs}) == 2  # each its own folder
         assert {e["ACCELNET_DEVICE"] for e in envs} == {d0}
         b.cancel("s0")
