@@ -100,3 +100,24 @@ def test_bad_failure_options_and_unrunnable_jobs(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     jobs = json.loads(r.stdout)["runs"][0]["metrics"]["jobs"]
     assert jobs["rejected"] == 1 and jobs["finished"] == 1
+
+
+def test_reservations_and_locality_waits_from_the_command_line(tmp_path: Path) -> None:
+    fab = "fat-tree:hosts=8,gpus_per_host=8,model=V100"
+    trace = "gavel-gen:n=150,lam=200,seed=1"  # queues build on 64 GPUs
+    spread = {}
+    for name, extra in {"plain": [], "kept": ["--reserve-after", "3600",
+                                              "--locality-wait", "1e12"]}.items():  # fmt: skip
+        out = tmp_path / name
+        r = simulate("--fabric", fab, "--trace", trace, "--out", str(out), *extra)
+        assert r.exit_code == 0, r.output
+        rows = list(csv.DictReader((out / "jobs-fifo.csv").open()))
+        assert len(rows) == 150 and all(row["state"] == "succeeded" for row in rows)
+        # a gang spread over hosts runs slower than alone on one host
+        spread[name] = sum(float(row["run_s"]) > float(row["alone_s"]) + 1 for row in rows)
+    assert spread["plain"] > 0 and spread["kept"] == 0
+    r = simulate("--fabric", fab, "--trace", trace, "--policy", "hetero-fair",
+                 "--reserve-after", "60")  # fmt: skip
+    assert r.exit_code == 2 and "queue policies" in r.output
+    r = simulate("--fabric", fab, "--trace", trace, "--locality-wait", "-5")
+    assert r.exit_code == 2 and "locality wait" in r.output

@@ -40,6 +40,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "priority-frag-aware": {"ordering": "priority", "placement": "frag-aware"},
     "fifo-comm-aware": {"ordering": "fifo", "placement": "comm-aware"},
     "unkeyed": {"ordering": LargestFirst()},
+    "fifo-reserve": {"ordering": "fifo", "reserve_after_s": 5.0},
+    "priority-reserve": {"ordering": "priority", "reserve_after_s": 0.0},
 }
 TENANTS = {
     "none": {},
@@ -71,12 +73,18 @@ def same(a: Decision, b: Decision) -> None:
     assert dict(a.nominations) == dict(b.nominations)
     assert dict(a.waiting) == dict(b.waiting)
     assert a.time_shares == b.time_shares
+    assert a.again_at == b.again_at
 
 
-def spec(name: str, acc: str, topo: str | None, prio: int, tenant: str, ckpt: bool) -> JobSpec:
+def spec(
+    name: str, acc: str, topo: str | None, prio: int, tenant: str, ckpt: bool,
+    wait: float | None = None,
+) -> JobSpec:  # fmt: skip
     body: dict[str, Any] = {"name": name, "run": "x", "priority": prio, "tenant": tenant,
                             "checkpointable": ckpt, "resources": {"accelerators": acc}}  # fmt: skip
-    if topo:
+    if topo and wait is not None:  # preferred, waited for up to wait s (topology.wait_s)
+        body["topology"] = {"preferred": topo, "wait_s": wait}
+    elif topo:
         body["topology"] = {"required": topo}
     return JobSpec.model_validate(body)
 
@@ -117,6 +125,7 @@ def test_session_decides_as_the_full_rescan(
                     data.draw(st.integers(0, 3)),
                     data.draw(st.sampled_from(NAMES[tenants])),
                     data.draw(st.booleans()),
+                    data.draw(st.sampled_from([None, None, 0.0, 5.0, 100.0])),
                 )
                 state = data.draw(st.sampled_from([JobState.ADMITTED] * 5 + [JobState.PENDING]))
                 put(JobView(jid, s, state, now))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +28,7 @@ from accelnet.sim.policies import POLICY_NAMES, make_scheduler
 from accelnet.sim.records import SimResult
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.traces import TraceError, load_failures, mtbf_failures, stream_trace
+from accelnet.sim.workload import SimJob, prefer_one_host
 
 
 def simulate(
@@ -99,6 +101,23 @@ def simulate(
             "frag-aware, comm-aware"
         ),
     ] = None,
+    reserve_after: Annotated[
+        float | None,
+        typer.Option(
+            "--reserve-after",
+            help="hold a domain for a gang that has waited this many s and does not fit, "
+            "so that smaller jobs behind it cannot take every device that frees up "
+            "(queue policies; default: plain backfill)",
+        ),
+    ] = None,
+    locality_wait: Annotated[
+        float | None,
+        typer.Option(
+            "--locality-wait",
+            help="every gang of the trace prefers one host and waits up to this many s for "
+            "one (topology.wait_s; 1e12: never spreads a gang one host could hold)",
+        ),
+    ] = None,
     jct_bound: Annotated[
         bool,
         typer.Option(
@@ -117,7 +136,9 @@ def simulate(
         fail("--policy: give at least one policy", 2)
     try:
         model = ThroughputModel.gavel(rates)
-        schedulers = [make_scheduler(n, model, round_s or 360.0, placement) for n in names]
+        schedulers = [
+            make_scheduler(n, model, round_s or 360.0, placement, reserve_after) for n in names
+        ]
         stream = stream_trace(trace, model, seed)  # lazy: read as the simulation runs
         notes = stream.notes
         faults = load_failures(failures) if failures is not None else []
@@ -146,7 +167,8 @@ def simulate(
                 if i:  # a stream is read once: each policy reads the trace anew
                     stream = stream_trace(trace, model, seed)
                 sim = Simulation(
-                    fab, stream.jobs, scheduler, model, failures=faults, round_s=round_s,
+                    fab, _jobs(stream.jobs, locality_wait), scheduler, model, failures=faults,
+                    round_s=round_s,
                     restart_s=restart_s, checkpoint_s=checkpoint_s, power_caps=caps,
                     spread_penalty=spread_penalty, comm_model=comm_model,
                     seed=seed, policy=name, trace=trace, forget_finished=True,
@@ -179,3 +201,8 @@ def simulate(
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
         return
     Console().print(report.table(results, figures))
+
+
+def _jobs(jobs: Iterable[SimJob], locality_wait: float | None) -> Iterable[SimJob]:
+    """The trace's jobs, each gang waiting ``locality_wait`` s for one host if given."""
+    return jobs if locality_wait is None else prefer_one_host(jobs, locality_wait)

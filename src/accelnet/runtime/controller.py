@@ -98,6 +98,7 @@ class Controller:
         self.tenants = dict(tenants or {})
         self.topology = self.scheduler.topology(fabric)
         self._reasons: Mapping[str, str] = {}  # written by the last decision
+        self.again_at: float | None = None  # decide again then, even if nothing happens
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[str, tuple[str, int]] = {}
         self._dirty = True
@@ -222,6 +223,8 @@ class Controller:
             self._on_event(ev)
         if self.care is not None:
             self.care.step()
+        if self.again_at is not None and self.clock.now() >= self.again_at:
+            self._dirty = True  # a job's wait ran out (Decision.again_at)
         changed = bool(events) or self._dirty
         if self._dirty:
             self._dirty = False
@@ -367,6 +370,7 @@ class Controller:
         starts, preemptions, nominations = (
             decision.starts, decision.preemptions, decision.nominations
         )  # fmt: skip
+        self.again_at = decision.again_at
         del decision, waiting
         by_id = self._live
         for p in preemptions:

@@ -10,6 +10,7 @@ preemption rule. The live controller and the simulator call the very same object
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from accelnet.sched.preemption import (
     release,
 )
 from accelnet.sched.request import Rejection, Request, make_request, rejection
+from accelnet.sched.reserve import hold_for
 from accelnet.sched.snapshot import (
     Decision,
     JobView,
@@ -39,7 +41,7 @@ from accelnet.sched.snapshot import (
     Tenant,
 )
 from accelnet.sched.spec import JobSpec
-from accelnet.sched.topology import Topology
+from accelnet.sched.topology import LEVEL_NAMES, Topology
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
 _Usage = Mapping[str, Mapping[str, int]]
@@ -53,6 +55,11 @@ class Scheduler:
     failed in it already (:meth:`walk`); off, every queued job is tried (the same starts,
     slower on long queues of few shapes; tests compare the two).
 
+    ``reserve_after_s``: a gang that has waited this long since it was submitted and does
+    not fit has a domain held for it, so that jobs behind it cannot take every device that
+    frees up there (:mod:`accelnet.sched.reserve`); None (default): later jobs take
+    whatever they fit in (plain backfill).
+
     Keeps caches between calls, never state that changes a decision: the
     :class:`Topology` of the last fabric it saw, and each queued job's request.
     """
@@ -65,8 +72,13 @@ class Scheduler:
         rates: RateFn | None = None,
         *,
         prune: bool = True,
+        reserve_after_s: float | None = None,
         **params: Any,
     ) -> None:
+        if reserve_after_s is not None and not (
+            math.isfinite(reserve_after_s) and reserve_after_s >= 0
+        ):
+            raise ValueError(f"reserve_after_s must be a number >= 0, not {reserve_after_s!r}")
         self.ordering = (
             ORDERINGS.create(ordering, **params) if isinstance(ordering, str) else ordering
         )
@@ -76,8 +88,10 @@ class Scheduler:
         )
         self.rates = rates  # steps/s per job, model and gang size (None: the jobs' hints)
         self.prune = prune  # skip jobs whose shape failed (see walk); False: try each job
+        self.reserve_after_s = reserve_after_s  # see the class docstring
         self._topology: Topology | None = None
         self._requests: dict[str, tuple[JobSpec, Rejection | None, Request, int]] = {}
+        self._tights: dict[str, tuple[JobSpec, tuple[Request, int] | None]] = {}  # _level_wait
         self._shapes: dict[tuple[object, ...], int] = {}  # request shape -> a small number
 
     def topology(self, fabric: Fabric) -> Topology:
@@ -85,6 +99,7 @@ class Scheduler:
         if self._topology is None or self._topology.fabric is not fabric:
             self._topology = Topology(fabric)
             self._requests.clear()  # shape numbers stay: a job's shape never changes
+            self._tights.clear()
         return self._topology
 
     def _make_way(
@@ -105,9 +120,10 @@ class Scheduler:
 
     def _forget(self, queued: int, ids: Callable[[], Iterable[str]]) -> None:
         """Drop cached requests of jobs no longer queued (now and then, not every call)."""
-        if len(self._requests) > 2 * queued + 1000:
+        if len(self._requests) + len(self._tights) > 2 * queued + 1000:
             keep = set(ids())
             self._requests = {k: v for k, v in self._requests.items() if k in keep}
+            self._tights = {k: v for k, v in self._tights.items() if k in keep}
 
     def request(self, job: JobView, topo: Topology) -> tuple[Rejection | None, Request]:
         """The job's never-fits verdict and request, cached per spec object (a queued job
@@ -134,6 +150,39 @@ class Scheduler:
         number = self._shapes.setdefault(key, len(self._shapes))
         entry = self._requests[job.id] = (job.spec, never, req, number)
         return entry
+
+    def _level_wait(
+        self, job: JobView, base: Request, number: int, topo: Topology, now: float
+    ) -> tuple[Request, int, float | None]:
+        """While ``job``'s ``topology.wait_s`` runs, its request required at its preferred
+        level: (request, shape number, when the wait ends); ``base`` as it is, with None,
+        once the wait is over or if it changes nothing (no domain at that level could
+        ever hold the gang, or it is required there already)."""
+        wait = job.spec.topology.wait_s
+        if wait is None or now >= job.submitted_at + wait:
+            return base, number, None
+        hit = self._tights.get(job.id)
+        if hit is None or hit[0] is not job.spec:
+            hit = self._tights[job.id] = (job.spec, self._tight(base, topo))
+        if hit[1] is None:
+            return base, number, None
+        return hit[1][0], hit[1][1], job.submitted_at + wait
+
+    def _tight(self, base: Request, topo: Topology) -> tuple[Request, int] | None:
+        """``base`` required at its preferred level, and that shape's number; None if that
+        changes nothing or no domain at that level could ever hold it."""
+        level = base.preferred
+        if (
+            level is None
+            or base.required == level
+            or base.share < 1
+            or not any(topo.largest(c.key, level) >= base.count for c in base.classes)
+        ):
+            return None
+        req = replace(base, required=level)
+        key = ("tight", tuple(c.key for c in req.classes), req.count, req.share,
+               req.required, req.comm_bytes, req.step_rates)  # fmt: skip
+        return req, self._shapes.setdefault(key, len(self._shapes))
 
     def capacity(self, snapshot: Snapshot, running: list[JobView] | None = None) -> CapacityIndex:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold
@@ -204,7 +253,12 @@ class Scheduler:
         """Whether a decision may walk per-shape queues merged (:func:`merge_shapes`):
         when it prunes failed shapes, which it does unless preemption or held (nominated)
         devices may still make room for a job whose shape did not fit."""
-        return self.prune and isinstance(self.preemption, NoPreemption) and not held
+        return (
+            self.prune
+            and isinstance(self.preemption, NoPreemption)
+            and not held
+            and self.reserve_after_s is None  # a failed shape's jobs may still need a hold
+        )
 
     def walk(self, w: Walk) -> Decision:
         """The decision itself, on prepared state (:meth:`decide` prepares it from a
@@ -241,6 +295,9 @@ class Scheduler:
         final: CapacityIndex | None = index
         jobs = iter(w.ordered)
         cap: str | None = None
+        reserve = self.reserve_after_s if w.info is not None else None
+        now = w.info.now if w.info is not None else math.inf  # no time: nobody waits
+        again = math.inf  # when a wait runs out (Decision.again_at)
         for job in jobs:
             if not index.free and search is None and not held:
                 # nothing is free and nothing can be freed: every later job waits; their
@@ -249,21 +306,35 @@ class Scheduler:
                 final = index.frozen() if w.keep_index else index
                 break
             _, never, base, number = self._entry(job, topo)
+            until: float | None = None  # when its wait for its preferred level ends
+            if never is None and job.spec.topology.wait_s is not None:
+                base, number, until = self._level_wait(job, base, number, topo, now)
             shape = (job.spec.tenant, number)
             if failed is not None:
                 known = failed.get(shape)
                 if known is not None:
                     waiting[job.id] = known
+                    again = min(again, until or math.inf)
+                    if reserve is not None and never is None and number in failed.numbers:
+                        reserve, again = self._starving(job, base, run, known, now, again)
                     continue
                 cap = failed.numbers.get(number)
             reason, shared = self._one(job, never, base, run, cap)
-            if reason is not None and failed is not None:
+            if reason is None:
+                continue
+            if until is not None:
+                again = min(again, until)
+                reason = _note_level_wait(job.id, base, reason, run.waiting)
+            if failed is not None:
                 failed.add(shape, reason, shared)
+            if reserve is not None and shared and never is None:
+                reserve, again = self._starving(job, base, run, reason, now, again)
         self._forget(w.queued, w.queued_ids)
         reasons = self._reasons(w, run, tail, final, failed or Failed(w.tenants))
         return Decision(
-            tuple(run.starts), tuple(run.preemptions), reasons, w.time_shares, run.nominations
-        )
+            tuple(run.starts), tuple(run.preemptions), reasons, w.time_shares, run.nominations,
+            again_at=None if again == math.inf else again,
+        )  # fmt: skip
 
     def _reasons(
         self,
@@ -286,6 +357,31 @@ class Scheduler:
         if tail:
             return Reasons(run.waiting, tail, self, w.topo, final, failed, quota=quota)
         return run.waiting
+
+    def _starving(
+        self, job: JobView, req: Request, run: _Run, reason: str, now: float, again: float
+    ) -> tuple[float | None, float]:
+        """``job`` does not fit for lack of capacity: hold a domain for it if it has waited
+        ``reserve_after_s`` (then no other job gets one in this decision: None); else when
+        it will have (the decision's ``again``, lowered to that)."""
+        after = self.reserve_after_s
+        assert after is not None
+        if now < job.submitted_at + after:  # the form again_at is in: always later than now
+            return after, min(again, job.submitted_at + after)
+        return (None if self._hold(job, req, run, reason) else after), again
+
+    def _hold(self, job: JobView, req: Request, run: _Run, reason: str) -> bool:
+        """Hold a domain for ``job``, which has waited ``reserve_after_s`` and does not
+        fit (:mod:`accelnet.sched.reserve`); whether one was held. Its reason says where."""
+        held = hold_for(req, run.index)
+        if held is None:
+            return False
+        node, count = held
+        run.waiting[job.id] = (
+            f"{reason}; {count} device{'s' * (count > 1)} of {run.index.topo.place_name(node)}"
+            f" held for it (waiting over {self.reserve_after_s:g} s)"
+        )
+        return True
 
     def _one(
         self, job: JobView, never: Rejection | None, base: Request, run: _Run, cap: str | None
@@ -337,6 +433,15 @@ class Scheduler:
             return None, False
         run.waiting[job.id] = reason
         return reason, not over
+
+
+def _note_level_wait(job: str, req: Request, reason: str, waiting: dict[str, str]) -> str:
+    """``reason`` (the job's, in ``waiting``) saying that it waits for its level."""
+    assert req.required is not None
+    note = f"it waits for one {LEVEL_NAMES[req.required]} (topology.wait_s)"
+    if note not in reason:  # a reason its shape met already has it
+        reason = waiting[job] = f"{reason}; {note}"
+    return reason
 
 
 @dataclass

@@ -151,6 +151,9 @@ class Decision:
     ``nominations`` names, for each job that preempted others, the devices it will start
     on once its victims are gone (like Kubernetes' nominated node): the controller passes
     them back as ``JobView.nominated`` so that no other job takes them meanwhile.
+    ``again_at``: the earliest time at which a decision may differ though nothing else
+    happened (a job's ``topology.wait_s`` or the scheduler's ``reserve_after_s`` runs
+    out); None if no such time.
     """
 
     starts: tuple[Start, ...]
@@ -158,6 +161,7 @@ class Decision:
     waiting: Mapping[str, str]
     time_shares: Mapping[str, Mapping[str, float]] | None = None
     nominations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    again_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Stable JSON form (schema ``accelnet.decision/v1``)."""
@@ -172,4 +176,5 @@ class Decision:
             if self.time_shares is None
             else {j: dict(s) for j, s in self.time_shares.items()},
             "nominations": {j: list(d) for j, d in self.nominations.items()},
+            "again_at": self.again_at,
         }

@@ -212,9 +212,18 @@ class TopologySpec(SpecModel):
 
     required: TopologyLevel | None = Field(None, description="never placed wider than this")
     preferred: TopologyLevel | None = Field(None, description="placed this tight if possible")
+    wait_s: StrictFloat | None = Field(
+        None,
+        ge=0,
+        description="wait up to this long (since submission) for a placement within "
+        "'preferred' before taking a wider one (Slurm's --switches=N@max-time); "
+        "unset: a wider one at once",
+    )
 
     @model_validator(mode="after")
     def _preferred_within_required(self) -> TopologySpec:
+        if self.wait_s is not None and self.preferred is None:
+            raise ValueError("wait_s needs 'preferred': the level to wait for")
         order = list(TopologyLevel)
         if (
             self.required

@@ -108,6 +108,8 @@ class Topology:
         # per request shape (sched.request): eligible classes and never-fit verdicts
         self.eligible: dict[tuple[object, ...], tuple[DeviceClass, ...]] = {}
         self.rejections: dict[tuple[object, ...], Any] = {}
+        # per device class: each node's devices of it (sched.reserve)
+        self.class_devices: dict[str, dict[str, list[str]]] = {}
 
     def _build_tree(self) -> None:
         sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}

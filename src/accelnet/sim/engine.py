@@ -175,6 +175,9 @@ class Simulation:
             t_end = backend.next_time()
             t_fault = self._failures[0][0] if self._failures else INF
             t = min(t_arrival, INF if t_end is None else t_end, t_fault)
+            again = controller.again_at  # a wait that runs out changes a decision too
+            if again is not None and again > clock.now() and t != INF:
+                t = min(t, again)
             if t == INF:
                 break  # nothing more can happen (jobs that can never start stay queued)
             t = min(t, next_round)  # rounds only while something else may still happen

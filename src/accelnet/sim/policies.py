@@ -41,9 +41,11 @@ def make_scheduler(
     model: ThroughputModel | None = None,
     round_s: float = 360.0,
     placement: str | None = None,
+    reserve_after_s: float | None = None,
 ) -> Scheduler:
     """A fresh scheduler for policy ``name``; ValueError listing the known ones
     (UnknownNameError for an unknown placement)."""
     rates = model_rates(model) if model is not None else None
     pairs = model_pairs(model) if model is not None else None
-    return _make(name, rates=rates, round_s=round_s, placement=placement, colocated=pairs)
+    return _make(name, rates=rates, round_s=round_s, placement=placement, colocated=pairs,
+                 reserve_after_s=reserve_after_s)  # fmt: skip

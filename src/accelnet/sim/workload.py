@@ -9,8 +9,9 @@ spec the live system would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from accelnet.sched import JobSpec
@@ -58,6 +59,7 @@ class SimJob:
     max_retries: int = 3
     throughput: Mapping[str, float] = field(default_factory=dict)
     bytes_per_step: float | None = None  # None: the gradient of its family, if known
+    topology: Mapping[str, Any] | None = None  # the spec's ``topology`` (levels, wait_s)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -85,12 +87,24 @@ class SimJob:
                 "throughput": dict(self.throughput),
             },
         }
+        if self.topology:
+            body["topology"] = dict(self.topology)
         nbytes = self.bytes_per_step
         if nbytes is None:
             nbytes = gradient_bytes(self.job_type)
         if nbytes:
             body["workload"]["bytes_per_step"] = nbytes
         return JobSpec.model_validate(body)
+
+
+def prefer_one_host(jobs: Iterable[SimJob], wait_s: float) -> Iterator[SimJob]:
+    """``jobs`` with every gang (two devices or more, no topology of its own) preferring
+    one host and waiting up to ``wait_s`` for one (``topology.wait_s``); lazily."""
+    if not (math.isfinite(wait_s) and wait_s >= 0):
+        raise ValueError(f"locality wait must be a number of seconds >= 0, not {wait_s!r}")
+    want = {"preferred": "host", "wait_s": float(wait_s)}
+    for job in jobs:
+        yield replace(job, topology=want) if job.gpus > 1 and job.topology is None else job
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,18 +55,26 @@ def make_scheduler(
     round_s: float = 360.0,
     placement: str | None = None,
     colocated: PairRateFn | None = None,
+    reserve_after_s: float | None = None,
 ) -> Scheduler:
     """A fresh scheduler for policy ``name`` (with ``placement``, else the policy's own);
     ``colocated``: pairs' rates for the policies that pack (``*-packed``; default: the
-    jobs' ``workload.colocated`` hints). ValueError listing the known policies,
+    jobs' ``workload.colocated`` hints); ``reserve_after_s``: hold a domain for a gang
+    that waited this long (queue policies, :mod:`accelnet.sched.reserve`). ValueError
+    listing the known policies, or for ``reserve_after_s`` with a round policy;
     UnknownNameError listing the placements."""
     if name in QUEUE_POLICIES:
         params = dict(QUEUE_POLICIES[name])
         if placement is not None:
             params["placement"] = placement
-        return Scheduler(**params, rates=rates)
+        return Scheduler(**params, rates=rates, reserve_after_s=reserve_after_s)
     factory = ROUND_POLICIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    if reserve_after_s is not None:
+        raise ValueError(
+            f"reserve_after_s applies to the queue policies ({', '.join(QUEUE_POLICIES)}), "
+            f"not to {name!r}, which plans every round afresh"
+        )
     return RoundScheduler(factory(), placement or "best-fit", round_s=round_s, rates=rates,
                           colocated=colocated or hint_pairs)  # fmt: skip

@@ -1,0 +1,76 @@
+"""Holding a domain for a gang that has waited too long behind backfill.
+
+A decision places queued jobs in policy order and lets a later job start where an earlier
+one does not fit (backfill). Under a steady stream of small jobs that starves a large gang:
+devices free up one at a time and each is taken by a small job before the gang's whole
+count is ever free at once. Slurm's backfill answers with a reservation for its top
+pending job; here a job that has waited ``reserve_after_s`` (``Scheduler``) and still does
+not fit has one domain *held*: the domain where it could fit that has the most of its
+devices free now, at the tightest level it can fit in. The devices free in it (wholly or
+in part) are kept from every later job of the decision; as the jobs running there end,
+their devices are held too, until the gang fits. A decision holds one domain at most (for
+the first such job in policy order), and nothing is stored between decisions: each
+decision chooses again, and the domain it held keeps the most free devices, so it is
+chosen again.
+"""
+
+from __future__ import annotations
+
+from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex
+from accelnet.sched.request import Request
+from accelnet.sched.topology import DEPTHS, Topology
+
+
+def class_devices(topo: Topology, cls: str) -> dict[str, list[str]]:
+    """Every node's devices of class ``cls``, in fabric order (memoised on ``topo``)."""
+    found = topo.class_devices.get(cls)
+    if found is None:
+        found = topo.class_devices[cls] = {}
+        for dev, c in topo.class_of.items():
+            if c.key == cls:
+                for node in topo.chain[dev]:
+                    found.setdefault(node, []).append(dev)
+    return found
+
+
+def hold_for(req: Request, index: CapacityIndex) -> tuple[str, int] | None:
+    """Hold a domain for ``req``, a gang of whole devices that does not fit now: take the
+    free share of each of its devices of the chosen class out of ``index``. Returns the
+    domain and the devices held (None, holding nothing, for a share of a device, or if no
+    domain it may use has anything free)."""
+    if req.share < 1:
+        return None
+    topo = index.topo
+    best: tuple[int, int, int, str, str] | None = None  # (-depth, -free, order, cls, node)
+    for cls in req.classes:
+        members = class_devices(topo, cls.key)
+        for depth in range(DEPTHS - 1, -1, -1):  # the tightest level it can fit in
+            nodes = [
+                n for n in topo.nodes_at[depth]
+                if len(members.get(n, ())) >= req.count
+                and (req.required is None or req.required in topo.nodes[n].within)
+            ]  # fmt: skip
+            if not nodes:
+                continue
+            free = {n: _free_units(index, members[n]) for n in nodes}
+            node = min(nodes, key=lambda n: (-free[n], topo.node_order[n]))
+            cand = (-depth, -free[node], topo.node_order[node], cls.key, node)
+            if free[node] and (best is None or cand < best):
+                best = cand
+            break
+    if best is None:
+        return None
+    cls_key, node = best[3], best[4]
+    held = 0
+    for dev in class_devices(topo, cls_key)[node]:
+        have = index.free.get(dev, 0)
+        if have:
+            index.take(dev, have / SHARE_UNITS)
+            held += 1
+    return node, held
+
+
+def _free_units(index: CapacityIndex, devices: list[str]) -> int:
+    """Free share units over ``devices`` (whole devices count most)."""
+    free = index.free
+    return sum(free.get(d, 0) for d in devices)
