@@ -136,3 +136,16 @@ def test_wait_s_needs_a_preferred_level() -> None:
     for bad in (-1.0, "5", True):
         with pytest.raises(ValueError, match="wait_s"):
             JobSpec.model_validate({**body, "topology": {"preferred": "host", "wait_s": bad}})
+
+
+def test_a_domain_with_too_few_devices_up_is_not_held(lab: Fabric) -> None:
+    # a has 2 free and 1 draining: 7 up, never 8 until it is back; b, 1 free, is held
+    devices = dict.fromkeys(lab.devices, DeviceState.READY)
+    devices["a/gpu7"] = DeviceState.DRAINING
+    jobs = (job("ra", "H100:5", devices=on("a", *range(5))),
+            job("rb", "H100:7", devices=on("b", *range(7))),
+            job("rc", "H100:4", devices=on("c", 0, 1, 2, 3)),
+            job("big", "H100:8", t=0.0), job("s0", "H100:1", t=1.0))  # fmt: skip
+    d = Scheduler(reserve_after_s=0.0).decide(Snapshot(lab, 10.0, devices, jobs))
+    assert d.waiting["big"].endswith("1 device of b held for it (waiting over 0 s)")
+    assert started(d) == {"s0": on("a", 5)}

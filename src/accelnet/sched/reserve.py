@@ -53,10 +53,17 @@ def hold_for(req: Request, index: CapacityIndex) -> tuple[str, int] | None:
             if not nodes:
                 continue
             free = {n: _free_units(index, members[n]) for n in nodes}
-            node = min(nodes, key=lambda n: (-free[n], topo.node_order[n]))
-            cand = (-depth, -free[node], topo.node_order[node], cls.key, node)
-            if free[node] and (best is None or cand < best):
-                best = cand
+            # the most free first; one with too few devices up (the rest draining, failed)
+            # could not hold the gang until they are repaired: the next
+            for node in sorted(nodes, key=lambda n: (-free[n], topo.node_order[n])):
+                if not free[node]:
+                    break
+                up = sum(d in index.schedulable for d in members[node])
+                if up >= req.count:
+                    cand = (-depth, -free[node], topo.node_order[node], cls.key, node)
+                    if best is None or cand < best:
+                        best = cand
+                    break
             break
     if best is None:
         return None
