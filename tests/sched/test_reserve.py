@@ -149,3 +149,15 @@ def test_a_domain_with_too_few_devices_up_is_not_held(lab: Fabric) -> None:
     d = Scheduler(reserve_after_s=0.0).decide(Snapshot(lab, 10.0, devices, jobs))
     assert d.waiting["big"].endswith("1 device of b held for it (waiting over 0 s)")
     assert started(d) == {"s0": on("a", 5)}
+
+
+def test_a_gang_with_a_held_domain_waits_for_it_rather_than_spread(lab: Fabric) -> None:
+    # 5 free on a, 3 on b: the 8-GPU gang fits spread over both at once; before its
+    # time it does so, once it has waited reserve_after_s it waits for one host (a, held)
+    jobs = [*busy(lab, 5, 3), job("big", "H100:8", t=0.0), job("s", "H100:1", t=1.0)]
+    young = decide(lab, *jobs, sched=Scheduler(reserve_after_s=600.0), now=100.0)
+    assert len(started(young)["big"]) == 8
+    old = decide(lab, *jobs, sched=Scheduler(reserve_after_s=600.0), now=1_000.0)
+    assert "big" not in started(old)
+    assert old.waiting["big"].endswith("5 devices of a held for it (waiting over 600 s)")
+    assert started(old) == {"s": on("b", 5)}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from accelnet.fabric import Fabric
+from accelnet.fabric import DomainLevel, Fabric
 from accelnet.fabric.catalog import find_device_model
 from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
 from accelnet.sched.jobinfo import JobInfo, RateFn
@@ -41,7 +41,7 @@ from accelnet.sched.snapshot import (
     Tenant,
 )
 from accelnet.sched.spec import JobSpec
-from accelnet.sched.topology import LEVEL_NAMES, Topology
+from accelnet.sched.topology import LEVEL_NAMES, LEVELS, Topology
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
 _Usage = Mapping[str, Mapping[str, int]]
@@ -92,6 +92,7 @@ class Scheduler:
         self._topology: Topology | None = None
         self._requests: dict[str, tuple[JobSpec, Rejection | None, Request, int]] = {}
         self._tights: dict[str, tuple[JobSpec, tuple[Request, int] | None]] = {}  # _level_wait
+        self._hold_shapes: dict[int, tuple[DomainLevel | None, int]] = {}  # see _for_hold
         self._shapes: dict[tuple[object, ...], int] = {}  # request shape -> a small number
 
     def topology(self, fabric: Fabric) -> Topology:
@@ -100,6 +101,7 @@ class Scheduler:
             self._topology = Topology(fabric)
             self._requests.clear()  # shape numbers stay: a job's shape never changes
             self._tights.clear()
+            self._hold_shapes.clear()  # the levels domains reach are the fabric's
         return self._topology
 
     def _make_way(
@@ -309,6 +311,8 @@ class Scheduler:
             until: float | None = None  # when its wait for its preferred level ends
             if never is None and job.spec.topology.wait_s is not None:
                 base, number, until = self._level_wait(job, base, number, topo, now)
+            if reserve is not None and never is None and now >= job.submitted_at + reserve:
+                base, number = self._for_hold(base, number, topo)  # it waits for its domain
             shape = (job.spec.tenant, number)
             if failed is not None:
                 known = failed.get(shape)
@@ -357,6 +361,23 @@ class Scheduler:
         if tail:
             return Reasons(run.waiting, tail, self, w.topo, final, failed, quota=quota)
         return run.waiting
+
+    def _for_hold(self, base: Request, number: int, topo: Topology) -> tuple[Request, int]:
+        """``base`` required at the tightest level where a domain could ever hold it, and
+        that shape's number (``base`` itself if it is required there already): a job that
+        has waited ``reserve_after_s`` starts in a domain like the one held for it, not
+        spread wider over what happens to be free (:mod:`accelnet.sched.reserve`)."""
+        found = self._hold_shapes.get(number)
+        if found is None:
+            level = _tightest_level(base, topo)
+            found = (None, number)
+            if level is not None:
+                key = ("hold", tuple(c.key for c in base.classes), base.count, base.share, level,
+                       base.comm_bytes, base.step_rates)  # fmt: skip
+                found = (level, self._shapes.setdefault(key, len(self._shapes)))
+            self._hold_shapes[number] = found
+        level, held = found
+        return (base, number) if level is None else (replace(base, required=level), held)
 
     def _starving(
         self, job: JobView, req: Request, run: _Run, reason: str, now: float, again: float
@@ -433,6 +454,19 @@ class Scheduler:
             return None, False
         run.waiting[job.id] = reason
         return reason, not over
+
+
+def _tightest_level(req: Request, topo: Topology) -> DomainLevel | None:
+    """The tightest level at which a domain could ever hold ``req``'s gang, if tighter than
+    the level it requires (None if not, or for a share of a device)."""
+    if req.share < 1:
+        return None
+    for level in LEVELS:
+        if req.required is not None and LEVELS.index(req.required) <= LEVELS.index(level):
+            return None  # required at least that tight already
+        if any(topo.largest(c.key, level) >= req.count for c in req.classes):
+            return None if level is DomainLevel.FABRIC else level
+    return None
 
 
 def _note_level_wait(job: str, req: Request, reason: str, waiting: dict[str, str]) -> str:
