@@ -10,7 +10,7 @@ from accelnet.api.db import ApiDb
 from accelnet.api.errors import field_path
 from accelnet.api.limits import RateLimiter, retry_after
 from accelnet.api.quota import Charge, QuotaLedger
-from accelnet.api.server import ServeError, ServeOptions, check, is_loopback
+from accelnet.api.server import ServeError, ServeOptions, check, is_loopback, serve
 from accelnet.api.streams import sse_message
 from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Role, Tokens, hash_secret, parse_token
@@ -123,3 +123,8 @@ def test_serve_options_that_cannot_work() -> None:
     ):
         with pytest.raises(ServeError, match=message):
             check(bad)
+
+
+def test_serve_refuses_a_reservation_for_a_round_policy() -> None:
+    with pytest.raises(ValueError, match="queue policies"):
+        serve(ServeOptions(policy="hetero-fair", reserve_after_s=60.0))

@@ -70,6 +70,7 @@ class ServeOptions:
     policy: str = "fifo"
     placement: str | None = None
     round_s: float = 360.0
+    reserve_after_s: float | None = None  # hold a domain for a gang that waited this long
     rate: float = 50.0
     burst: int = 100
     anon_rate: float = 10.0  # per client address, requests without a valid token
@@ -296,7 +297,8 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     """Run the server until SIGTERM or Ctrl-C (see the module docstring). ServeError if it
     cannot start; fabric, policy and remediation-policy errors propagate."""
     check(opts)
-    scheduler = make_scheduler(opts.policy, round_s=opts.round_s, placement=opts.placement)
+    scheduler = make_scheduler(opts.policy, round_s=opts.round_s, placement=opts.placement,
+                               reserve_after_s=opts.reserve_after_s)  # fmt: skip
     tls = opts.tls_cert is not None
     _log_to_stderr(opts.log_level)
     workdir, scratch_work = work_folder(opts)

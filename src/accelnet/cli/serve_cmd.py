@@ -33,6 +33,14 @@ def serve(
     policy: Annotated[str, typer.Option(help="scheduling policy (docs/policies.md)")] = "fifo",
     placement: Annotated[str | None, typer.Option(help="placement strategy")] = None,
     round_s: Annotated[float, typer.Option(help="round length of round-based policies")] = 360.0,
+    reserve_after: Annotated[
+        float | None,
+        typer.Option(
+            "--reserve-after",
+            help="hold a domain for a gang that has waited this many s and does not fit "
+            "(queue policies; docs/policies.md); default: plain backfill",
+        ),
+    ] = None,
     rate: Annotated[float, typer.Option(help="requests per second per token (0: no limit)")] = 50.0,
     burst: Annotated[int, typer.Option(help="requests at once per token")] = 100,
     anon_rate: Annotated[
@@ -93,7 +101,8 @@ def serve(
         opts = ServeOptions(
             backend=backend, ray_address=None if ray is None else ray.address, db=db,
             fabric=fabric, workdir=workdir, host=host, port=port, policy=policy,
-            placement=placement, round_s=round_s, rate=rate, burst=burst, max_body=max_body,
+            placement=placement, round_s=round_s, reserve_after_s=reserve_after, rate=rate,
+            burst=burst, max_body=max_body,
             anon_rate=anon_rate, anon_burst=anon_burst,
             audit_retention_days=audit_retention_days, audit_max_rows=audit_max_rows,
             tls_cert=tls_cert, tls_key=tls_key, insecure_bind=insecure_bind,
