@@ -119,5 +119,8 @@ def test_reservations_and_locality_waits_from_the_command_line(tmp_path: Path) -
     r = simulate("--fabric", fab, "--trace", trace, "--policy", "hetero-fair",
                  "--reserve-after", "60")  # fmt: skip
     assert r.exit_code == 2 and "queue policies" in r.output
+    r = simulate("--fabric", fab, "--trace", trace, "--policy", "fifo,sjf",
+                 "--locality-wait", "60")  # fmt: skip
+    assert r.exit_code == 2 and "not to sjf" in r.output
     r = simulate("--fabric", fab, "--trace", trace, "--locality-wait", "-5")
     assert r.exit_code == 2 and "locality wait" in r.output

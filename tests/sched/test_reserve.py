@@ -7,7 +7,7 @@ import pytest
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.sched import JobSpec, Scheduler, Snapshot
+from accelnet.sched import JobSpec, Scheduler, Snapshot, Tenant
 from accelnet.sched.policies import make_scheduler
 from accelnet.sched.session import Session
 
@@ -161,3 +161,36 @@ def test_a_gang_with_a_held_domain_waits_for_it_rather_than_spread(lab: Fabric) 
     assert "big" not in started(old)
     assert old.waiting["big"].endswith("5 devices of a held for it (waiting over 600 s)")
     assert started(old) == {"s": on("b", 5)}
+
+
+def test_a_job_over_its_quota_holds_nothing_when_failures_are_pruned(lab: Fabric) -> None:
+    # b1 and b2 wait on tenant B's quota, not on capacity: no domain is held for them,
+    # whether the walk skips failed shapes or tries every job (then s starts on a)
+    tenants = {"default": Tenant("default"), "A": Tenant("A"),
+               "B": Tenant("B", quota={"*": 2.0})}  # fmt: skip
+    nv = {"required": "nvlink"}
+    jobs = (job("ra", "H100:6", devices=on("a", *range(6))),
+            job("rb", "H100:8", devices=on("b", *range(8))),
+            job("rc", "H100:4", devices=on("c", 0, 1, 2, 3)),
+            job("young", "H100:8", t=900.0, priority=5, tenant="A", topology=nv),
+            job("b1", "H100:8", t=0.0, tenant="B", topology=nv),
+            job("b2", "H100:8", t=1.0, tenant="B", topology=nv),
+            job("s", "H100:1", t=2.0, tenant="A"))  # fmt: skip
+    snap = Snapshot.all_ready(lab, jobs, now=1_000.0, tenants=tenants)
+    pruned = Scheduler("priority", reserve_after_s=600.0).decide(snap)
+    exact = Scheduler("priority", reserve_after_s=600.0, prune=False).decide(snap)
+    assert started(pruned) == started(exact) == {"s": on("a", 6)}
+    assert "held" not in pruned.waiting["b2"]
+
+
+def test_a_starving_job_keeps_every_model_it_may_use(lab: Fabric) -> None:
+    # H100 or T4: the H100s are all busy, the T4 host is free. A starving job is placed no
+    # wider than a domain could hold it on *each* model, so T4's host still takes it
+    busy = (job("ra", "H100:8", devices=on("a", *range(8))),
+            job("rb", "H100:8", devices=on("b", *range(8))),
+            job("rc", "H100:4", devices=on("c", 0, 1, 2, 3)))  # fmt: skip
+    acc = {"models": ["H100", "T4"], "count": 4}
+    sched = Scheduler(reserve_after_s=600.0)
+    young = decide(lab, *busy, job("g", acc, t=900.0), sched=sched, now=1_000.0)
+    old = decide(lab, *busy, job("g", acc, t=0.0), sched=sched, now=1_000.0)
+    assert started(young) == started(old) == {"g": tuple(f"t/gpu{i}" for i in range(4))}

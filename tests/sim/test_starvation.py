@@ -14,7 +14,7 @@ from accelnet.sched import Scheduler
 from accelnet.sim.engine import Simulation
 from accelnet.sim.records import JobOutcome
 from accelnet.sim.throughput import ThroughputModel
-from accelnet.sim.workload import SimJob, prefer_one_host
+from accelnet.sim.workload import DeviceFailure, SimJob, prefer_one_host
 
 # "toy" runs 1 step/s per V100 in one host; a gang spread over hosts runs at half that
 RATES = ThroughputModel(
@@ -119,3 +119,13 @@ def test_a_locality_wait_ends_and_the_gang_spreads() -> None:
 def test_a_locality_wait_is_checked() -> None:
     with pytest.raises(ValueError, match="locality wait"):
         list(prefer_one_host([SimJob("g", 0.0, "toy", 2, 1.0)], -1.0))
+
+
+def test_a_locality_wait_ends_though_nothing_else_is_left_to_happen() -> None:
+    # one GPU of each host has failed for good: no event will ever come; the gang's wait
+    # for one host runs out at 301 s and it starts spread
+    faults = [DeviceFailure(0.0, "h0/gpu0", None), DeviceFailure(0.0, "h1/gpu0", None)]
+    jobs = list(prefer_one_host([SimJob("gang", 1.0, "toy", 4, 400.0)], 300.0))
+    sim = Simulation(fabric(), jobs, Scheduler(), RATES, failures=faults, forget_finished=True)
+    gang = {o.id: o for o in sim.run().jobs}["gang"]
+    assert gang.first_start == pytest.approx(301.0)

@@ -21,6 +21,8 @@ from rich.progress import (
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
 from accelnet.fabric import UnknownNameError
+from accelnet.sched import Scheduler
+from accelnet.sched.policies import QUEUE_POLICIES
 from accelnet.sim import metrics as sim_metrics
 from accelnet.sim import report
 from accelnet.sim.engine import Simulation
@@ -136,9 +138,7 @@ def simulate(
         fail("--policy: give at least one policy", 2)
     try:
         model = ThroughputModel.gavel(rates)
-        schedulers = [
-            make_scheduler(n, model, round_s or 360.0, placement, reserve_after) for n in names
-        ]
+        schedulers = _schedulers(names, model, (round_s, placement, reserve_after, locality_wait))
         stream = stream_trace(trace, model, seed)  # lazy: read as the simulation runs
         notes = stream.notes
         faults = load_failures(failures) if failures is not None else []
@@ -206,3 +206,22 @@ def simulate(
 def _jobs(jobs: Iterable[SimJob], locality_wait: float | None) -> Iterable[SimJob]:
     """The trace's jobs, each gang waiting ``locality_wait`` s for one host if given."""
     return jobs if locality_wait is None else prefer_one_host(jobs, locality_wait)
+
+
+def _schedulers(
+    names: list[str],
+    model: ThroughputModel,
+    how: tuple[float | None, str | None, float | None, float | None],
+) -> list[Scheduler]:
+    """One scheduler per policy name; ``how``: round length, placement, reserve-after and
+    locality wait. ValueError for a locality wait with a round policy (it plans every
+    round afresh and does not wait for a level)."""
+    round_s, placement, reserve_after, locality_wait = how
+    if locality_wait is not None:
+        rounds = [n for n in names if n not in QUEUE_POLICIES]
+        if rounds:
+            raise ValueError(
+                f"--locality-wait applies to the queue policies ({', '.join(QUEUE_POLICIES)}),"
+                f" not to {', '.join(rounds)}"
+            )
+    return [make_scheduler(n, model, round_s or 360.0, placement, reserve_after) for n in names]

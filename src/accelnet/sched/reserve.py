@@ -37,33 +37,23 @@ def hold_for(req: Request, index: CapacityIndex) -> tuple[str, int] | None:
     """Hold a domain for ``req``, a gang of whole devices that does not fit now: take the
     free share of each of its devices of the chosen class out of ``index``. Returns the
     domain and the devices held (None, holding nothing, for a share of a device, or if no
-    domain it may use has anything free)."""
+    domain it may use has anything free). Costs the domains of one level, each read in
+    O(1) from the index's counts of wholly free devices."""
     if req.share < 1:
         return None
     topo = index.topo
     best: tuple[int, int, int, str, str] | None = None  # (-depth, -free, order, cls, node)
     for cls in req.classes:
-        members = class_devices(topo, cls.key)
         for depth in range(DEPTHS - 1, -1, -1):  # the tightest level it can fit in
-            nodes = [
-                n for n in topo.nodes_at[depth]
-                if len(members.get(n, ())) >= req.count
-                and (req.required is None or req.required in topo.nodes[n].within)
-            ]  # fmt: skip
+            nodes = _candidates(topo, cls.key, depth, req)
             if not nodes:
                 continue
-            free = {n: _free_units(index, members[n]) for n in nodes}
-            # the most free first; one with too few devices up (the rest draining, failed)
-            # could not hold the gang until they are repaired: the next
-            for node in sorted(nodes, key=lambda n: (-free[n], topo.node_order[n])):
-                if not free[node]:
-                    break
-                up = sum(d in index.schedulable for d in members[node])
-                if up >= req.count:
-                    cand = (-depth, -free[node], topo.node_order[node], cls.key, node)
-                    if best is None or cand < best:
-                        best = cand
-                    break
+            node = _most_free(index, cls.key, nodes, req.count)
+            if node is not None:
+                free = index.whole_free(cls.key, node)
+                cand = (-depth, -free, topo.node_order[node], cls.key, node)
+                if best is None or cand < best:
+                    best = cand
             break
     if best is None:
         return None
@@ -77,7 +67,32 @@ def hold_for(req: Request, index: CapacityIndex) -> tuple[str, int] | None:
     return node, held
 
 
-def _free_units(index: CapacityIndex, devices: list[str]) -> int:
-    """Free share units over ``devices`` (whole devices count most)."""
-    free = index.free
-    return sum(free.get(d, 0) for d in devices)
+def _candidates(topo: Topology, cls: str, depth: int, req: Request) -> list[str]:
+    """The nodes at ``depth`` with at least ``req.count`` devices of ``cls`` (up or not)
+    within ``req.required`` (memoised on ``topo``)."""
+    key = (cls, depth, req.count, req.required)
+    found = topo.hold_nodes.get(key)
+    if found is None:
+        members = class_devices(topo, cls)
+        found = topo.hold_nodes[key] = [
+            n for n in topo.nodes_at[depth]
+            if len(members.get(n, ())) >= req.count
+            and (req.required is None or req.required in topo.nodes[n].within)
+        ]  # fmt: skip
+    return found
+
+
+def _most_free(index: CapacityIndex, cls: str, nodes: list[str], count: int) -> str | None:
+    """The node with the most wholly free ``cls`` devices (the first in fabric order on a
+    tie) that has ``count`` of them up (a domain whose others are draining or failed could
+    not hold the gang until they are back); None if none has any free."""
+    order = index.topo.node_order
+    ranked = sorted(
+        (n for n in nodes if index.whole_free(cls, n)),
+        key=lambda n: (-index.whole_free(cls, n), order[n]),
+    )
+    members = class_devices(index.topo, cls)
+    for node in ranked:
+        if sum(d in index.schedulable for d in members[node]) >= count:
+            return node
+    return None

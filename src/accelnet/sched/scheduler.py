@@ -300,6 +300,7 @@ class Scheduler:
         reserve = self.reserve_after_s if w.info is not None else None
         now = w.info.now if w.info is not None else math.inf  # no time: nobody waits
         again = math.inf  # when a wait runs out (Decision.again_at)
+        no_hold: set[int] = set()  # shapes a domain could not be held for in this walk
         for job in jobs:
             if not index.free and search is None and not held:
                 # nothing is free and nothing can be freed: every later job waits; their
@@ -319,8 +320,9 @@ class Scheduler:
                 if known is not None:
                     waiting[job.id] = known
                     again = min(again, until or math.inf)
-                    if reserve is not None and never is None and number in failed.numbers:
-                        reserve, again = self._starving(job, base, run, known, now, again)
+                    if reserve is not None and never is None and failed.for_capacity(shape):
+                        reserve, again = self._starving(job, base, run, known, (now, again),
+                                                        number, no_hold)  # fmt: skip
                     continue
                 cap = failed.numbers.get(number)
             reason, shared = self._one(job, never, base, run, cap)
@@ -332,7 +334,8 @@ class Scheduler:
             if failed is not None:
                 failed.add(shape, reason, shared)
             if reserve is not None and shared and never is None:
-                reserve, again = self._starving(job, base, run, reason, now, again)
+                reserve, again = self._starving(job, base, run, reason, (now, again), number,
+                                                no_hold)  # fmt: skip
         self._forget(w.queued, w.queued_ids)
         reasons = self._reasons(w, run, tail, final, failed or Failed(w.tenants))
         return Decision(
@@ -380,16 +383,31 @@ class Scheduler:
         return (base, number) if level is None else (replace(base, required=level), held)
 
     def _starving(
-        self, job: JobView, req: Request, run: _Run, reason: str, now: float, again: float
+        self,
+        job: JobView,
+        req: Request,
+        run: _Run,
+        reason: str,
+        times: tuple[float, float],
+        number: int,
+        no_hold: set[int],
     ) -> tuple[float | None, float]:
         """``job`` does not fit for lack of capacity: hold a domain for it if it has waited
         ``reserve_after_s`` (then no other job gets one in this decision: None); else when
-        it will have (the decision's ``again``, lowered to that)."""
+        it will have (the decision's ``again``, ``times[1]``, lowered to that). ``no_hold``:
+        the shape numbers no domain could be held for in this decision (capacity only
+        shrinks within one), ``number`` added when none can for it."""
+        now, again = times
         after = self.reserve_after_s
         assert after is not None
         if now < job.submitted_at + after:  # the form again_at is in: always later than now
             return after, min(again, job.submitted_at + after)
-        return (None if self._hold(job, req, run, reason) else after), again
+        if number in no_hold:
+            return after, again
+        if self._hold(job, req, run, reason):
+            return None, again
+        no_hold.add(number)
+        return after, again
 
     def _hold(self, job: JobView, req: Request, run: _Run, reason: str) -> bool:
         """Hold a domain for ``job``, which has waited ``reserve_after_s`` and does not
@@ -457,16 +475,22 @@ class Scheduler:
 
 
 def _tightest_level(req: Request, topo: Topology) -> DomainLevel | None:
-    """The tightest level at which a domain could ever hold ``req``'s gang, if tighter than
-    the level it requires (None if not, or for a share of a device)."""
+    """The tightest level at which a domain of each of ``req``'s device classes could ever
+    hold its gang (the loosest of theirs, so that no class it may use is ruled out), if
+    tighter than the level it requires; None if not, or for a share of a device."""
     if req.share < 1:
         return None
-    for level in LEVELS:
-        if req.required is not None and LEVELS.index(req.required) <= LEVELS.index(level):
-            return None  # required at least that tight already
-        if any(topo.largest(c.key, level) >= req.count for c in req.classes):
-            return None if level is DomainLevel.FABRIC else level
-    return None
+    loosest = -1
+    for c in req.classes:
+        tightest = next((i for i, lv in enumerate(LEVELS)
+                         if topo.largest(c.key, lv) >= req.count), None)  # fmt: skip
+        if tightest is not None:  # a class too small to ever hold it does not count
+            loosest = max(loosest, tightest)
+    if loosest < 0 or LEVELS[loosest] is DomainLevel.FABRIC:
+        return None
+    if req.required is not None and LEVELS.index(req.required) <= loosest:
+        return None  # required at least that tight already
+    return LEVELS[loosest]
 
 
 def _note_level_wait(job: str, req: Request, reason: str, waiting: dict[str, str]) -> str:
@@ -538,12 +562,13 @@ class Failed:
     (under a quota, or not known) has its jobs of a failed number still walked, as its
     quota may answer them otherwise."""
 
-    __slots__ = ("numbers", "shapes", "tenants")
+    __slots__ = ("numbers", "own", "shapes", "tenants")
 
     def __init__(self, tenants: Mapping[str, Tenant]) -> None:
         self.tenants = tenants
         self.numbers: dict[int, str] = {}
         self.shapes: dict[Shape, str] = {}
+        self.own: set[Shape] = set()  # the shapes whose failure was their tenant's own
 
     def bound(self, tenant: str) -> bool:
         """Whether ``tenant``'s jobs answer to a quota (or it is not known)."""
@@ -567,7 +592,14 @@ class Failed:
             self.numbers.setdefault(shape[1], reason)
             if not self.bound(shape[0]):
                 return
+        else:
+            self.own.add(shape)
         self.shapes[shape] = reason
+
+    def for_capacity(self, shape: Shape) -> bool:
+        """Whether the failure :meth:`get` gives for ``shape`` is the capacity's (not a
+        quota's note, nor a request a quota narrowed)."""
+        return shape not in self.own
 
 
 @dataclass(frozen=True)

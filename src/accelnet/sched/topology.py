@@ -110,6 +110,7 @@ class Topology:
         self.rejections: dict[tuple[object, ...], Any] = {}
         # per device class: each node's devices of it (sched.reserve)
         self.class_devices: dict[str, dict[str, list[str]]] = {}
+        self.hold_nodes: dict[tuple[object, ...], list[str]] = {}  # sched.reserve candidates
 
     def _build_tree(self) -> None:
         sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}

@@ -176,7 +176,7 @@ class Simulation:
             t_fault = self._failures[0][0] if self._failures else INF
             t = min(t_arrival, INF if t_end is None else t_end, t_fault)
             again = controller.again_at  # a wait that runs out changes a decision too
-            if again is not None and again > clock.now() and t != INF:
+            if again is not None and again > clock.now():  # each job's are a fixed few
                 t = min(t, again)
             if t == INF:
                 break  # nothing more can happen (jobs that can never start stay queued)
