@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from accelnet.fabric import Fabric
-from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import Scheduler
 from accelnet.sim.engine import Simulation
 from accelnet.sim.records import JobOutcome
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.workload import DeviceFailure, SimJob, prefer_one_host
+
+from .test_engine import fabric  # two hosts of four V100s here
 
 # "toy" runs 1 step/s per V100 in one host; a gang spread over hosts runs at half that
 RATES = ThroughputModel(
@@ -28,16 +28,6 @@ LAST_SMALL = 20_000.0
 GANG_AT = 1_000.0
 
 
-def fabric() -> Fabric:
-    spec: dict[str, Any] = {
-        "name": "v100x8",
-        "switches": [{"name": "leaf", "kind": "leaf"}],
-        "hosts": [{"name": "h{i}", "count": 2, "devices": "4xV100", "nics": "IB-EDR",
-                   "network": "leaf"}],
-    }  # fmt: skip
-    return build_fabric(parse_spec(spec, "<test>"))
-
-
 def stream(gang_work: float = 400.0) -> list[SimJob]:
     small = [
         SimJob(f"s{i:05d}", i * EVERY_S, "toy", 1, SMALL_S)
@@ -47,7 +37,7 @@ def stream(gang_work: float = 400.0) -> list[SimJob]:
 
 
 def run(jobs: list[SimJob], **sched: Any) -> dict[str, JobOutcome]:
-    sim = Simulation(fabric(), jobs, Scheduler(**sched), RATES, forget_finished=True)
+    sim = Simulation(fabric(2, 4), jobs, Scheduler(**sched), RATES, forget_finished=True)
     return {o.id: o for o in sim.run().jobs}
 
 
@@ -126,6 +116,6 @@ def test_a_locality_wait_ends_though_nothing_else_is_left_to_happen() -> None:
     # for one host runs out at 301 s and it starts spread
     faults = [DeviceFailure(0.0, "h0/gpu0", None), DeviceFailure(0.0, "h1/gpu0", None)]
     jobs = list(prefer_one_host([SimJob("gang", 1.0, "toy", 4, 400.0)], 300.0))
-    sim = Simulation(fabric(), jobs, Scheduler(), RATES, failures=faults, forget_finished=True)
+    sim = Simulation(fabric(2, 4), jobs, Scheduler(), RATES, failures=faults, forget_finished=True)
     gang = {o.id: o for o in sim.run().jobs}["gang"]
     assert gang.first_start == pytest.approx(301.0)

@@ -92,7 +92,7 @@ class Scheduler:
         self._topology: Topology | None = None
         self._requests: dict[str, tuple[JobSpec, Rejection | None, Request, int]] = {}
         self._tights: dict[str, tuple[JobSpec, tuple[Request, int] | None]] = {}  # _level_wait
-        self._hold_shapes: dict[int, tuple[DomainLevel | None, int]] = {}  # see _for_hold
+        self._hold_shapes: dict[int, DomainLevel | None] = {}  # shape -> level (_for_hold)
         self._shapes: dict[tuple[object, ...], int] = {}  # request shape -> a small number
 
     def topology(self, fabric: Fabric) -> Topology:
@@ -147,11 +147,20 @@ class Scheduler:
             return hit
         never = rejection(job.spec, topo)
         req = make_request(job.id, job.spec, topo)
+        entry = self._requests[job.id] = (job.spec, never, req, self._number(req, never))
+        return entry
+
+    def _number(self, req: Request, never: Rejection | None = None) -> int:
+        """The number of ``req``'s shape: requests alike (and alike never-fit) share it."""
         key = (never and never.message, tuple(c.key for c in req.classes), req.count,
                req.share, req.required, req.preferred, req.comm_bytes, req.step_rates)  # fmt: skip
-        number = self._shapes.setdefault(key, len(self._shapes))
-        entry = self._requests[job.id] = (job.spec, never, req, number)
-        return entry
+        return self._shapes.setdefault(key, len(self._shapes))
+
+    def _required_at(self, base: Request, level: DomainLevel) -> tuple[Request, int]:
+        """``base`` required at ``level``, and that request's shape number (a job whose spec
+        asks for that level outright has the same one: they fit, or not, alike)."""
+        req = replace(base, required=level)
+        return req, self._number(req)
 
     def _level_wait(
         self, job: JobView, base: Request, number: int, topo: Topology, now: float
@@ -181,10 +190,7 @@ class Scheduler:
             or not any(topo.largest(c.key, level) >= base.count for c in base.classes)
         ):
             return None
-        req = replace(base, required=level)
-        key = ("tight", tuple(c.key for c in req.classes), req.count, req.share,
-               req.required, req.comm_bytes, req.step_rates)  # fmt: skip
-        return req, self._shapes.setdefault(key, len(self._shapes))
+        return self._required_at(base, level)
 
     def capacity(self, snapshot: Snapshot, running: list[JobView] | None = None) -> CapacityIndex:
         """Free capacity in ``snapshot``: schedulable devices minus what jobs hold
@@ -319,7 +325,8 @@ class Scheduler:
                 known = failed.get(shape)
                 if known is not None:
                     waiting[job.id] = known
-                    again = min(again, until or math.inf)
+                    if until is not None:
+                        again = min(again, until)
                     if reserve is not None and never is None and failed.for_capacity(shape):
                         reserve, again = self._starving(job, base, run, known, (now, again),
                                                         number, no_hold)  # fmt: skip
@@ -370,17 +377,10 @@ class Scheduler:
         that shape's number (``base`` itself if it is required there already): a job that
         has waited ``reserve_after_s`` starts in a domain like the one held for it, not
         spread wider over what happens to be free (:mod:`accelnet.sched.reserve`)."""
-        found = self._hold_shapes.get(number)
-        if found is None:
-            level = _tightest_level(base, topo)
-            found = (None, number)
-            if level is not None:
-                key = ("hold", tuple(c.key for c in base.classes), base.count, base.share, level,
-                       base.comm_bytes, base.step_rates)  # fmt: skip
-                found = (level, self._shapes.setdefault(key, len(self._shapes)))
-            self._hold_shapes[number] = found
-        level, held = found
-        return (base, number) if level is None else (replace(base, required=level), held)
+        if number not in self._hold_shapes:
+            self._hold_shapes[number] = _tightest_level(base, topo)
+        level = self._hold_shapes[number]
+        return (base, number) if level is None else self._required_at(base, level)
 
     def _starving(
         self,
