@@ -368,7 +368,8 @@ def _audit(work: Path, planned: dict[str, str], report: ChaosReport) -> None:
                                              f"controller death(s): {r.error}")  # fmt: skip
             elif r.state.value != planned.get(r.spec.name):
                 report.unplanned.append(
-                    f"{r.id} {r.state.value}, planned {planned.get(r.spec.name)}"
+                    f"{r.id} {r.state.value}, planned {planned.get(r.spec.name)} (attempts "
+                    f"{r.attempts}, failures {r.failures}: {(r.error or '')[:300]})"
                 )
     finally:
         store.close()
