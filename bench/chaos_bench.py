@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,8 @@ class ChaosReport:
     unplanned: list[str] = field(default_factory=list)  # ended otherwise than planned
     # FAILED by the crash-loop guard: running at two or more controller deaths, out of retries
     held: list[str] = field(default_factory=list)
+    # planned to succeed, FAILED with every retry spent by the chaos itself (see _spent)
+    spent: list[str] = field(default_factory=list)
     states: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)  # submitted (acknowledged) but not stored
     duplicated: list[str] = field(default_factory=list)
@@ -367,12 +370,33 @@ def _audit(work: Path, planned: dict[str, str], report: ChaosReport) -> None:
                     report.violations.append(f"[crash-loop guard] {r.id} held after {deaths} "
                                              f"controller death(s): {r.error}")  # fmt: skip
             elif r.state.value != planned.get(r.spec.name):
+                if planned.get(r.spec.name) == "succeeded" and _spent(r, store.events(r.id)):
+                    report.spent.append(r.id)
+                    continue
                 report.unplanned.append(
                     f"{r.id} {r.state.value}, planned {planned.get(r.spec.name)} (attempts "
                     f"{r.attempts}, failures {r.failures}: {(r.error or '')[:300]})"
                 )
     finally:
         store.close()
+
+
+CHAOS_CAUSES = ("killed by SIGKILL", "chaos: injected fault", "lost when the controller restarted")
+
+
+def _spent(record: Any, events: Sequence[Any]) -> bool:
+    """Whether a job planned to succeed ended FAILED only because the chaos hit each of its
+    attempts: it failed ``max_retries + 1`` times (the budget it was given) and every one of
+    those failures (the "requeued (retry k of n)" events and its final error) names a cause
+    the harness inflicts: a SIGKILL of its worker or task, an injected device fault, or a
+    controller death. A job of 4 of the 8 devices that is left last in the queue is running
+    under every kill of the last seconds, and a correct controller must then fail it. Any
+    other failure (a task's own error, a timeout, a wrong requeue) keeps it unplanned."""
+    causes = [e.detail for e in events if e.detail.startswith("requeued (retry")]
+    causes.append(record.error or "")
+    return len(causes) == record.spec.max_retries + 1 and all(
+        any(c in cause for c in CHAOS_CAUSES) for cause in causes
+    )
 
 
 def figures(report: ChaosReport) -> dict[str, Any]:
@@ -403,6 +427,7 @@ def figures(report: ChaosReport) -> dict[str, Any]:
         "violations": len(report.violations),
         "unplanned outcomes": len(report.unplanned),
         "held by the crash-loop guard": len(report.held),
+        "retries spent by the chaos": len(report.spent),
         "final states": report.states,
         "wall s": round(report.wall_s, 1),
     }

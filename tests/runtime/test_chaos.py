@@ -5,7 +5,7 @@ devices failed and repaired; then every invariant holds and no job is lost."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -33,12 +33,44 @@ def test_chaos_run_keeps_every_invariant_and_loses_no_job(tmp_path: Path) -> Non
     assert sum(report.states.values()) == cfg.jobs
     # as planned: the doomed jobs failed, every other one succeeded, but for those the
     # crash-loop guard held (each running at two or more controller deaths: the audit checks)
+    # or whose every attempt the chaos itself ended (out of retries: the audit checks each)
     assert report.unplanned == []
     doomed = {
         j["name"] for j in bench.workload(cfg.jobs, cfg.seed, tmp_path) if j["run"] == "exit 4"
     }
-    held = set(report.held) - doomed  # (a job's id is its name here)
+    held = (set(report.held) | set(report.spent)) - doomed  # (a job's id is its name)
     assert report.states.get("succeeded", 0) == cfg.jobs - len(doomed) - len(held)
+
+
+def _failed(budget: int, causes: list[str]) -> tuple[SimpleNamespace, list[SimpleNamespace]]:
+    """A job record that ended FAILED after ``causes`` (its retries, then its last error)."""
+    events = [
+        SimpleNamespace(detail=f"requeued (retry {n} of {budget}): {why}")
+        for n, why in enumerate(causes[:-1], 1)
+    ]
+    events.insert(0, SimpleNamespace(detail="requeued: lost when the controller restarted"))
+    record = SimpleNamespace(spec=SimpleNamespace(max_retries=budget), error=causes[-1])
+    return record, events
+
+
+def test_a_job_whose_every_retry_the_chaos_spent_is_told_apart_from_an_unplanned_failure() -> None:
+    # seed 9 of the long run: a 4-device gang left last in the queue ran under every kill of
+    # the last seconds and failed 9 times, each by the harness's own hand
+    spent = _bench()._spent
+    kill = "rank 1 lost: worker of dgx1/gpu1 (pid 18571) killed by SIGKILL while it ran this task"
+    chaos = [
+        kill,
+        "lost when the controller restarted (2 times while it ran)",
+        "device dgx1/gpu2 failed: chaos: injected fault",
+        "rank 3 failed: killed by SIGKILL",
+    ]
+    assert spent(*_failed(3, chaos))
+    # a failure of the job's own (an exit code), a timeout, or fewer failures than its budget
+    # (a requeue the controller skipped) are not the chaos's doing: unplanned
+    assert not spent(*_failed(3, [*chaos[:3], "rank 0 failed: exit code 3"]))
+    assert not spent(*_failed(3, [*chaos[:3], "timed out after 5 s"]))
+    assert not spent(*_failed(3, chaos[:3]))
+    assert not spent(*_failed(2, chaos))
 
 
 def test_the_harness_waits_for_the_life_it_started_even_if_an_earlier_one_never_said_ready(
