@@ -381,17 +381,25 @@ def _audit(work: Path, planned: dict[str, str], report: ChaosReport) -> None:
         store.close()
 
 
-CHAOS_CAUSES = ("killed by SIGKILL", "chaos: injected fault", "lost when the controller restarted")
+# what the harness inflicts, as a job's errors name it: a SIGKILL of a worker or of a task's
+# shell, of the shell's child (the shell then exits 137 and says "Killed": the workload's
+# commands exit 0, 3 or 4 on their own), an injected device fault, a controller death
+CHAOS_CAUSES = (
+    "killed by SIGKILL",
+    "exited with code 137",
+    "chaos: injected fault",
+    "lost when the controller restarted",
+)
 
 
 def _spent(record: Any, events: Sequence[Any]) -> bool:
     """Whether a job planned to succeed ended FAILED only because the chaos hit each of its
     attempts: it failed ``max_retries + 1`` times (the budget it was given) and every one of
     those failures (the "requeued (retry k of n)" events and its final error) names a cause
-    the harness inflicts: a SIGKILL of its worker or task, an injected device fault, or a
-    controller death. A job of 4 of the 8 devices that is left last in the queue is running
-    under every kill of the last seconds, and a correct controller must then fail it. Any
-    other failure (a task's own error, a timeout, a wrong requeue) keeps it unplanned."""
+    the harness inflicts (:data:`CHAOS_CAUSES`). A job of 4 of the 8 devices that is left
+    last in the queue is running under every kill of the last seconds, and a correct
+    controller must then fail it. Any other failure (a task's own error, a timeout, a
+    wrong requeue) keeps it unplanned."""
     causes = [e.detail for e in events if e.detail.startswith("requeued (retry")]
     causes.append(record.error or "")
     return len(causes) == record.spec.max_retries + 1 and all(

@@ -63,14 +63,15 @@ def test_a_job_whose_every_retry_the_chaos_spent_is_told_apart_from_an_unplanned
         "lost when the controller restarted (2 times while it ran)",
         "device dgx1/gpu2 failed: chaos: injected fault",
         "rank 3 failed: killed by SIGKILL",
+        "rank 1 failed: exited with code 137; stderr ends:\nKilled",  # its `sleep` killed
     ]
-    assert spent(*_failed(3, chaos))
+    assert spent(*_failed(4, chaos))
     # a failure of the job's own (an exit code), a timeout, or fewer failures than its budget
     # (a requeue the controller skipped) are not the chaos's doing: unplanned
-    assert not spent(*_failed(3, [*chaos[:3], "rank 0 failed: exit code 3"]))
-    assert not spent(*_failed(3, [*chaos[:3], "timed out after 5 s"]))
-    assert not spent(*_failed(3, chaos[:3]))
-    assert not spent(*_failed(2, chaos))
+    assert not spent(*_failed(4, [*chaos[:4], "rank 0 failed: exited with code 3"]))
+    assert not spent(*_failed(4, [*chaos[:4], "timed out after 5 s"]))
+    assert not spent(*_failed(4, chaos[:4]))
+    assert not spent(*_failed(3, chaos))
 
 
 def test_the_harness_waits_for_the_life_it_started_even_if_an_earlier_one_never_said_ready(
