@@ -373,9 +373,12 @@ def _audit(work: Path, planned: dict[str, str], report: ChaosReport) -> None:
                 if planned.get(r.spec.name) == "succeeded" and _spent(r, store.events(r.id)):
                     report.spent.append(r.id)
                     continue
+                others = [c[:200] for c in _causes(r, store.events(r.id))
+                          if not any(k in c for k in CHAOS_CAUSES)]  # fmt: skip
                 report.unplanned.append(
                     f"{r.id} {r.state.value}, planned {planned.get(r.spec.name)} (attempts "
-                    f"{r.attempts}, failures {r.failures}: {(r.error or '')[:300]})"
+                    f"{r.attempts}, failures {r.failures}: {(r.error or '')[:300]}; failures "
+                    f"the harness did not cause: {others})"
                 )
     finally:
         store.close()
@@ -400,11 +403,17 @@ def _spent(record: Any, events: Sequence[Any]) -> bool:
     last in the queue is running under every kill of the last seconds, and a correct
     controller must then fail it. Any other failure (a task's own error, a timeout, a
     wrong requeue) keeps it unplanned."""
-    causes = [e.detail for e in events if e.detail.startswith("requeued (retry")]
-    causes.append(record.error or "")
+    causes = _causes(record, events)
     return len(causes) == record.spec.max_retries + 1 and all(
         any(c in cause for c in CHAOS_CAUSES) for cause in causes
     )
+
+
+def _causes(record: Any, events: Sequence[Any]) -> list[str]:
+    """Why each retry was spent (its "requeued (retry k of n)" event), then the last error."""
+    causes = [e.detail for e in events if e.detail.startswith("requeued (retry")]
+    causes.append(record.error or "")
+    return causes
 
 
 def figures(report: ChaosReport) -> dict[str, Any]:

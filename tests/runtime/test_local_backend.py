@@ -356,3 +356,35 @@ def test_a_task_that_asks_for_a_fresh_worker_leaves_its_process_to_no_other(
         assert after not in (None, warm)
         assert b.refresh(GPU0)[0]
         assert run(b, task("e", GPU0, tmp_path, None, getpid))["e"].result == after
+
+
+def test_a_worker_killed_as_it_starts_loses_the_task_and_says_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the chaos bench's worker kills can land between a worker's spawn and its first task:
+    # the task never ran, so it is LOST (not a failure of its own) and the error names the
+    # signal, as a worker that dies while it runs a task does
+    b = LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0), kill_grace_s=0.5)
+    pool = b._pool
+    spawn = pool.start
+
+    def start_and_kill(device: object, lane: int = 0) -> object:
+        w = spawn(device, lane)  # type: ignore[arg-type]
+        os.kill(w.proc.pid, 9)
+        w.proc.wait(10)
+        pool.on_death(w)  # what the first send to it finds out
+        return w
+
+    monkeypatch.setattr(pool, "start", start_and_kill)
+    try:
+        b.launch(task("t", GPU0, tmp_path, "true"))
+        (ev,) = until(b, lambda evs: len(evs) == 1)
+        assert ev.kind is TaskEventKind.LOST
+        assert "killed by SIGKILL as the task was sent to it" in (ev.error or "")
+        assert GPU0 in (ev.error or "")
+        assert [loss.device for loss in b.take_losses()] == [GPU0]
+        monkeypatch.undo()  # the device's next task gets a worker that lives
+        b.launch(task("u", GPU0, tmp_path, "true"))
+        assert until(b, lambda evs: any(e.kind is TaskEventKind.SUCCEEDED for e in evs))
+    finally:
+        b.close()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from accelnet.fabric.model import Device
+from accelnet.runtime import worker as _worker
 from accelnet.runtime.backend import (
     Backend,
     SupportsHandoff,
@@ -223,8 +224,11 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         except (OSError, RunAsError) as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
-        if w.dead:
-            self._emit(task.task_id, TaskEventKind.FAILED, error="the worker died at start")
+        if w.dead:  # it died as it started (killed, or it crashed): the task never ran
+            code = w.proc.returncode
+            how = "vanished" if code is None else _worker.describe_exit(code)
+            error = f"worker of {w.device} (pid {w.proc.pid}) {how} as the task was sent to it"
+            self._emit(task.task_id, TaskEventKind.LOST, error=error + self._pool.log_tail(w))
             return
         if task.payload is not None and w.sys_path != sys.path:
             w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
