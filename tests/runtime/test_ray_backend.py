@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from accelnet.runtime.ray_connect import RayOptions
 from accelnet.runtime.ray_local import node_args, start_cluster
 from accelnet.runtime.ray_nodes import HOST_LABEL, LEAF
 from accelnet.runtime.sdk import LocalCluster
+from accelnet.runtime.taskenv import rendezvous_env
 from accelnet.sched import JobState
 from tests.runtime.backend_contract import (
     T0,
@@ -199,6 +201,37 @@ def test_a_gang_across_nodes_starts_once_its_placement_group_is_ready(
     assert len(groups[0]["bundles"]) == 3
     assert groups[0]["state"] == "REMOVED"  # removed once its last rank ended
     assert {str(n) for n in groups[0]["bundles_to_node_id"].values()} == nodes
+
+
+def test_a_torch_gang_across_nodes_meets_at_rank_0s_node(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    # issue 23: the driver asks rank 0's node for a free port; every rank gets the same
+    # MASTER_ADDR and MASTER_PORT, and an unmodified torch.distributed script all-reduces
+    pytest.importorskip("torch")
+    from tests.runtime.test_rendezvous import TRAIN
+
+    settle(backend)
+    script, out = tmp_path / "allreduce.py", tmp_path / "out"
+    script.write_text(TRAIN)
+    out.mkdir()
+    gang = ("n1/gpu0", "n0/gpu0", "n2/gpu1")  # rank 0 on n1
+    hosts = tuple(d.split("/")[0] for d in gang)
+    command = f"{sys.executable} {script} {out}"
+    specs = [
+        dataclasses.replace(
+            task(f"t{r}", d, tmp_path, command, devices=gang, rank=r, job="torch1"),
+            rendezvous=rendezvous_env(r, hosts),
+            timeout_s=120.0,
+        )
+        for r, d in enumerate(gang)
+    ]
+    events = run(backend, *specs)
+    assert {e.kind for e in events.values()} == {TaskEventKind.SUCCEEDED}, events
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(3)]
+    assert [r["sum"] for r in ranks] == [6.0] * 3  # 1 + 2 + 3 across three nodes
+    assert [r["node_rank"] for r in ranks] == [0, 1, 2]
+    assert ranks[0]["devices"] == list(gang)
 
 
 def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(

@@ -403,10 +403,13 @@ class Controller:
                 for alias, job in rec.inputs))  # fmt: skip
         log_dir = self.log_dir
         payload = _payload(rec)
+        devices = self.fabric.devices
+        hosts = [devices[d].host for d in placement.devices]
         for rank, dev in enumerate(placement.devices):
             tid = run.task_id(rec.id, rank)
             self._tasks[tid] = (rec.id, rank)
-            self.backend.launch(_task_spec(rec, run, rank, dev, placement, payload, log_dir))
+            spec = _task_spec(rec, run, rank, dev, placement, payload, log_dir, hosts)
+            self.backend.launch(spec)
 
     def _stop(self, jid: str, why: str) -> None:
         run = self._runs.get(jid)

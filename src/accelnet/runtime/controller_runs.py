@@ -7,6 +7,7 @@ rank has ended, records what :func:`_accounting` adds up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import cloudpickle
 from accelnet.runtime.backend import Backend, SupportsProgress, TaskEventKind, TaskSpec
 from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord
+from accelnet.runtime.taskenv import rendezvous_env
 from accelnet.sched import Placement
 
 if TYPE_CHECKING:
@@ -57,8 +59,10 @@ def _task_spec(
     placement: Placement,
     payload: bytes | None,
     log_dir: Path,
+    hosts: Sequence[str],
 ) -> TaskSpec:
-    """The task of rank ``rank`` of ``rec``'s attempt ``run``, on ``dev``."""
+    """The task of rank ``rank`` of ``rec``'s attempt ``run``, on ``dev`` (``hosts``: the
+    host of each rank's device)."""
     return TaskSpec(
         task_id=run.task_id(rec.id, rank),
         job_id=rec.id,
@@ -76,6 +80,7 @@ def _task_spec(
         tenant=rec.spec.tenant,
         share=placement.share,
         fresh_worker=rec.spec.fresh_worker,
+        rendezvous=rendezvous_env(rank, hosts),
     )
 
 

@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -158,6 +159,21 @@ class _Attempt:
     world: int
     running: set[str] = field(default_factory=set)
     ended: int = 0
+    port: int | None = None  # MASTER_PORT, for ranks whose launcher did not set one
+
+
+def free_port(host: str = "127.0.0.1") -> int | None:
+    """A TCP port free on ``host`` now (the kernel's pick of an ephemeral one, as torchrun
+    and SkyPilot choose theirs); None if no socket could be bound. Nothing holds it after:
+    another process could take it first, which the kernel's spread of ephemeral ports
+    makes unlikely."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port: int = s.getsockname()[1]
+            return port
+    except OSError:
+        return None
 
 
 class HandoffArea:
@@ -186,7 +202,9 @@ class HandoffArea:
         attempt (whose shared memory lives until :meth:`task_ended` of its last task here:
         of ``local_world`` tasks, by default ``task.world``; fewer when the other ranks run
         on other machines). Creates only ``outputs`` (mode 0700, so jobs' output folders are
-        the service user's only): the task makes the folders it uses."""
+        the service user's only): the task makes the folders it uses. A task with
+        ``rendezvous`` variables but no ``MASTER_PORT`` (its ranks all run here) also gets
+        ``MASTER_ADDR`` 127.0.0.1 and a port free now, the same for all of its attempt."""
         if not self._outputs_made:
             with contextlib.suppress(OSError):  # else the task's own mkdir reports it
                 self.outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -202,6 +220,12 @@ class HandoffArea:
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
         env = {OUTPUT_ENV: str(self.output(task.job_id)), SHM_ENV: str(attempt.shm)}
+        if task.rendezvous and "MASTER_PORT" not in task.rendezvous:
+            # every rank of the attempt runs on this machine: rank 0 listens here
+            if attempt.port is None:
+                attempt.port = free_port()
+            if attempt.port is not None:
+                env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(attempt.port)
         if task.inputs:
             env[INPUTS_ENV] = ",".join(sorted(task.inputs))
             for alias, job in task.inputs.items():

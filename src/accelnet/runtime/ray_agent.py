@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.runtime.backend import TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import SystemClock
+from accelnet.runtime.handoff import free_port
 from accelnet.runtime.local_backend import LocalBackend, Recycle
 from accelnet.runtime.ray_nodes import NodeReport, build_fabric_of
 
@@ -141,6 +142,14 @@ class NodeAgent:
         """Who and where the agent is (the driver waits for this before using it)."""
         return {"pid": os.getpid(), "node_id": self.setup.report.node_id, "host": self.host,
                 "workdir": str(self.workdir), "shared": self.shared}  # fmt: skip
+
+    def rendezvous(self) -> tuple[str, int | None]:
+        """This node's address (the one Ray knows it by) and a TCP port free on it now:
+        where rank 0 of a gang across nodes listens (``MASTER_ADDR``, ``MASTER_PORT``)."""
+        import ray  # noqa: PLC0415 (the agent runs inside Ray)
+
+        addr = str(ray.util.get_node_ip_address())
+        return addr, free_port(addr)
 
     def launch(
         self,

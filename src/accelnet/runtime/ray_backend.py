@@ -41,6 +41,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
 
 _SLICE_S = 0.02  # poll waits on Ray in slices this long (wakeup() is seen between them)
 _CHECK_S = 1.0  # membership, silent agents and gang deadlines are looked at this often
+_MASTERS_KEPT = 64  # gangs' rendezvous addresses kept (launches of an attempt come together)
 
 
 class RayBackend(
@@ -133,6 +135,7 @@ class RayBackend(
         )
         self._events: list[TaskEvent] = []
         self._losses: list[WorkerLoss] = []
+        self._masters: dict[tuple[str, int], dict[str, str]] = {}  # (job, attempt) -> MASTER_*
         self._wake = threading.Event()
         self._checked = 0.0
         self._closed = False
@@ -159,8 +162,13 @@ class RayBackend(
         hosts = list(dict.fromkeys(self._devices[d].host for d in task.devices
                                    if d in self._devices))  # fmt: skip
         if task.world > 1 and len(hosts) > 1:
+            master = self._master(task)
+            if isinstance(master, str):
+                self._finish(task.task_id, TaskEventKind.LOST, error=master)
+                return
+            t.spec = replace(task, rendezvous={**task.rendezvous, **master})
             self._gangs.hold(t, tuple(hosts))
-        else:
+        else:  # the node's backend points the ranks at itself
             self._courier.send(t)
 
     def cancel(self, task_id: str) -> None:
@@ -455,6 +463,25 @@ class RayBackend(
         self._gangs.fail_on(host, cause)
 
     # ----- helpers ----------------------------------------------------------------------
+    def _master(self, task: TaskSpec) -> dict[str, str] | str:
+        """``MASTER_ADDR`` and ``MASTER_PORT`` of a gang across nodes: rank 0's node
+        address and a port free there, asked of its agent once per attempt (the same for
+        every rank); why not, if that failed. Kept only while the attempt's ranks are being
+        launched (the controller launches them one after the other)."""
+        if not task.rendezvous or "MASTER_PORT" in task.rendezvous:
+            return {}
+        key = (task.job_id, task.attempt)
+        got = self._masters.get(key)
+        if got is None:
+            first = self._device(task.devices[0])
+            addr, port = self._ask(first, "rendezvous", failed=(None, None))
+            if port is None:
+                return f"no rendezvous port on {first.host}, rank 0's node: {addr or 'no answer'}"
+            got = self._masters[key] = {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
+            while len(self._masters) > _MASTERS_KEPT:
+                del self._masters[next(iter(self._masters))]
+        return got
+
     def _ask(self, dev: Device, method: str, *args: Any, failed: Any = None) -> Any:
         """A blocking call to ``dev``'s agent; ``(False, why)`` (or ``failed``) if its node
         is down or does not answer."""

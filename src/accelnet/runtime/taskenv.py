@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from accelnet.fabric.model import Device, DeviceKind
@@ -80,10 +80,41 @@ def mps_env(device: Device, share: float, emulated: bool) -> dict[str, str]:
     return env
 
 
+def rendezvous_env(rank: int, hosts: Sequence[str]) -> dict[str, str]:
+    """The launcher variables of rank ``rank`` of a gang whose rank ``r`` runs on host
+    ``hosts[r]``: torchrun's (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``LOCAL_WORLD_SIZE``, ``NODE_RANK`` and its alias ``GROUP_RANK``, ``GROUP_WORLD_SIZE``:
+    the number of hosts) and accelnet's (``ACCELNET_NODE_RANK``, ``ACCELNET_NUM_NODES``,
+    ``ACCELNET_LOCAL_RANK``, ``ACCELNET_LOCAL_WORLD_SIZE``, ``ACCELNET_HOSTS``: the hosts
+    by node rank, comma-separated). Hosts are numbered in the order of their first rank,
+    so rank 0's host is node 0 (where ``MASTER_ADDR`` points); a host's ranks are numbered
+    locally in rank order. ``MASTER_ADDR`` and ``MASTER_PORT`` are the backend's."""
+    nodes = list(dict.fromkeys(hosts))
+    host = hosts[rank]
+    local = [r for r, h in enumerate(hosts) if h == host]
+    node = str(nodes.index(host))
+    local_rank, local_world = str(local.index(rank)), str(len(local))
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(len(hosts)),
+        "LOCAL_RANK": local_rank,
+        "LOCAL_WORLD_SIZE": local_world,
+        "NODE_RANK": node,
+        "GROUP_RANK": node,
+        "GROUP_WORLD_SIZE": str(len(nodes)),
+        "ACCELNET_NODE_RANK": node,
+        "ACCELNET_NUM_NODES": str(len(nodes)),
+        "ACCELNET_LOCAL_RANK": local_rank,
+        "ACCELNET_LOCAL_WORLD_SIZE": local_world,
+        "ACCELNET_HOSTS": ",".join(nodes),
+    }
+
+
 def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What a task's environment adds to its worker's (which has the parent's environment
-    and :func:`device_env` from its start): the task's accelnet variables, the backend's
-    ``extra`` (data hand-off), then ``task.env``."""
+    and :func:`device_env` from its start): the task's accelnet variables, its
+    ``rendezvous`` variables, the backend's ``extra`` (data hand-off, ``MASTER_ADDR`` and
+    ``MASTER_PORT``), then ``task.env``."""
     env = {
         "ACCELNET_JOB": task.job_id,
         "ACCELNET_TASK": task.task_id,
@@ -91,6 +122,7 @@ def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[
         "ACCELNET_WORLD_SIZE": str(task.world),
         "ACCELNET_DEVICES": ",".join(task.devices),
         "ACCELNET_DEVICE_SHARE": f"{task.share:g}",
+        **task.rendezvous,
     }
     if extra:
         env.update(extra)
