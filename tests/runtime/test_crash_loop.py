@@ -61,7 +61,8 @@ def test_a_job_running_at_every_controller_death_ends_failed_once_its_retries_ar
     db = tmp_path / "state.db"
     ctl, store = _life(db, tmp_path)
     ctl.submit(JobSpec.model_validate({"name": "killer", "run": "kill -9 $PPID",
-                                       "max_retries": retries}), job_id="killer")  # fmt: skip
+                                       "max_retries": retries, "retry": {"backoff_s": 0}}),
+               job_id="killer")  # fmt: skip
     deaths = 0
     while True:
         _until_running(ctl, "killer")

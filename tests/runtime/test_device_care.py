@@ -158,7 +158,8 @@ def test_a_device_that_keeps_failing_goes_offline_until_an_operator_resets_it(
 
 def test_a_killed_worker_is_caught_by_its_heartbeat_and_replaced(tmp_path: Path) -> None:
     with accelnet.local(fabric="pcie-4xL4", workdir=tmp_path, policy=FAST) as c:
-        job = c.submit(nap, 0.6, max_retries=1)
+        # retried at once (no backoff): while its device is being checked, so elsewhere
+        job = c.submit(nap, 0.6, max_retries=1, retry={"backoff_s": 0})
         wait_until(lambda: job.state is JobState.RUNNING)
         rec = job.record
         assert rec.placement is not None

@@ -84,7 +84,7 @@ def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value='99' WHERE key='version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 5"):
+    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 6"):
         SqliteStore(db)
     assert os.path.exists(db)
 
@@ -122,7 +122,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> Non
     assert again.get("old-1").attained == (("H100-SXM", 12.5),)
     assert again.get("old-1").done == 40.0
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("5",)
+    assert version.fetchone() == ("6",)
 
 
 def test_inputs_are_kept_and_jobs_found_by_name(store: Store) -> None:
@@ -175,7 +175,7 @@ def test_a_version_2_store_is_migrated_with_names_and_no_inputs(tmp_path: Path) 
     assert again.get("new-1").inputs == (("src", "old-2"),)
     assert again.get("new-1").spec.inputs == {"src": "old"}
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("5",)
+    assert version.fetchone() == ("6",)
 
 
 def bucket(dev: str, start: float, util: float, n: int = 1) -> HistoryBucket:
@@ -224,6 +224,7 @@ def test_a_version_3_store_is_migrated_with_no_energy_and_an_empty_history(
     con.executescript(
         """
         ALTER TABLE jobs DROP COLUMN energy;
+        ALTER TABLE jobs DROP COLUMN retry_at;
         DROP TABLE device_history;
         UPDATE meta SET value='3' WHERE key='version';
         """
@@ -245,7 +246,7 @@ def test_a_version_3_store_is_migrated_with_no_energy_and_an_empty_history(
     assert len(again.history("a/cpu0")) == 1
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("5",)
+    assert version.fetchone() == ("6",)
 
 
 def test_atomic_writes_are_kept_together_or_not_at_all(store: Store) -> None:
@@ -338,7 +339,10 @@ def test_a_version_4_store_is_migrated_with_no_keys(tmp_path: Path) -> None:
     db = tmp_path / "v4.db"
     SqliteStore(db).close()
     con = sqlite3.connect(db)  # back to version 4: no idempotency table
-    con.executescript("DROP TABLE idempotency; UPDATE meta SET value='4' WHERE key='version';")
+    con.executescript(
+        "DROP TABLE idempotency; ALTER TABLE jobs DROP COLUMN retry_at; "
+        "UPDATE meta SET value='4' WHERE key='version';"
+    )
     con.close()
     store = SqliteStore(db)
     assert store.idempotency_records() == []
@@ -348,4 +352,31 @@ def test_a_version_4_store_is_migrated_with_no_keys(tmp_path: Path) -> None:
     assert [r.key for r in again.idempotency_records()] == ["k"]
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("5",)
+    assert version.fetchone() == ("6",)
+
+
+def test_a_version_5_store_is_migrated_and_keeps_a_jobs_retry_time(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "v5.db"
+    SqliteStore(db).close()
+    con = sqlite3.connect(db)  # back to version 5: no retry_at column
+    con.executescript(
+        "ALTER TABLE jobs DROP COLUMN retry_at; UPDATE meta SET value='5' WHERE key='version';"
+    )
+    con.execute(
+        "INSERT INTO jobs(id, spec, state, submitted_at, attempts, nominated, name) "
+        "VALUES('old-1', ?, 'admitted', 5.0, 1, '', 'j')",
+        (SPEC.model_dump_json(),),
+    )
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    assert store.get("old-1").retry_at is None  # an old file's jobs wait for nothing
+    store.update("old-1", retry_at=42.5)
+    store.close()
+    again = SqliteStore(db)
+    assert again.get("old-1").retry_at == 42.5
+    again.close()
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == ("6",)

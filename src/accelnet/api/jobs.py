@@ -135,6 +135,7 @@ class JobService:
             id=rec.id, name=rec.spec.name, tenant=rec.spec.tenant, state=rec.state.value,
             submitted_at=rec.submitted_at, started_at=rec.started_at,
             finished_at=rec.finished_at, attempts=rec.attempts, failures=rec.failures,
+            retry_at=rec.retry_at if rec.state is JobState.ADMITTED else None,
             devices=list(p.devices) if p else [], model=p.model if p else None,
             share=p.share if p else None,
             reason=reason, error=rec.error,

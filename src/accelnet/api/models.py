@@ -68,6 +68,9 @@ class JobOut(BaseModel):
     finished_at: float | None
     attempts: int = Field(description="launches so far")
     failures: int
+    retry_at: float | None = Field(
+        None, description="after a failure: when its next attempt may start (retry backoff)"
+    )
     devices: list[str] = Field(description="where it runs (or ran last)")
     model: str | None = Field(description="the device model of those devices")
     share: float | None = Field(description="part of each device (1: whole)")

@@ -7,7 +7,10 @@ allocated through the device lifecycle and tasks launched on the backend; preemp
 tasks are cancelled. Time comes from the injected clock; there is no simulation branch.
 
 A job of N devices runs as N tasks (ranks). It succeeds when every rank succeeds; when one
-fails the others are cancelled and the job is requeued while its retry budget lasts.
+fails the others are cancelled and the job is requeued while its retry budget lasts,
+after its retry backoff (``JobSpec.retry``: exponential, with jitter; the time is stored
+as the job's ``retry_at``, so it holds across a restart): until then the scheduler does
+not see it.
 Released devices are refreshed (scratch cleaned, worker checked) before reuse. A job that
 consumes earlier jobs' outputs (``inputs``) is held, PENDING, until they have succeeded
 (:mod:`accelnet.runtime.inputs`), and fails if one of them fails or is cancelled.
@@ -115,6 +118,7 @@ class Controller:
             self.session.progress = backend.progress
         self._holders = self._book.holders  # device -> jobs holding it
         self._gate = InputGate()  # jobs held until their input jobs succeed
+        self._backoff: dict[str, float] = {}  # requeued failed jobs -> when they may start
         self.care: Care | None = None  # device health and remediation, if attached
         self.power: PowerHook | None = None  # energy per job, a power budget (power_care)
         self._recover()
@@ -153,9 +157,7 @@ class Controller:
         error = (f"{LOST_AT_RESTART} ({deaths} times while it ran; every time after the "
                  "first spends a retry)")  # fmt: skip
         if failures <= rec.spec.max_retries:
-            self._transition(rec.id, JobState.ADMITTED, now,
-                             f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
-                             placement=None, failures=failures, error=error)  # fmt: skip
+            self._requeue_failed(rec, now, failures, error, {})
             return
         error = (f"{HELD_AFTER_DEATHS} {deaths} times while this job ran "
                  "(it may be what stops it); resubmit it to run it again")  # fmt: skip
@@ -223,8 +225,10 @@ class Controller:
             self._on_event(ev)
         if self.care is not None:
             self.care.step()
+        if self._backoff:
+            self._release_backoffs(self.clock.now())
         if self.again_at is not None and self.clock.now() >= self.again_at:
-            self._dirty = True  # a job's wait ran out (Decision.again_at)
+            self._dirty = True  # a job's wait ran out (Decision.again_at, a retry backoff)
         changed = bool(events) or self._dirty
         if self._dirty:
             self._dirty = False
@@ -247,6 +251,7 @@ class Controller:
                 continue  # already being stopped (cancelled, preempted): that stands
             if run.error is None:
                 run.error = f"device {dev} failed: {cause}"
+                run.device_failed = True  # not the job's doing: no backoff
             self._stop(jid, f"device {dev} failed")
 
     def repair_device(self, dev: str, cause: str) -> None:
@@ -268,6 +273,12 @@ class Controller:
     def reason(self, job_id: str) -> str | None:
         """Why a queued job is waiting (None if it is not queued)."""
         held = self._gate.reason(job_id, self._state_of)
+        at = self._backoff.get(job_id)
+        if held is None and at is not None:
+            rec = self._live[job_id]
+            held = (f"retry backoff after failure {rec.failures} of its "
+                    f"{rec.spec.max_retries} retries: may start at {at:.3f} (in "
+                    f"{max(0.0, at - self.clock.now()):.3g} s)")  # fmt: skip
         if held is None and self.power is not None:
             held = self.power.reason(job_id)  # delayed by the power budget
         if held is not None:
@@ -308,8 +319,18 @@ class Controller:
         self.session.set_device(dev, state)
 
     def _keep(self, rec: JobRecord) -> JobRecord:
-        """Track a live job and give the scheduler its view (made once per change)."""
+        """Track a live job and give the scheduler its view (made once per change), unless
+        it waits out a retry backoff (then the scheduler sees it when that ends)."""
         self._live[rec.id] = rec
+        if (
+            rec.retry_at is not None
+            and rec.state is JobState.ADMITTED
+            and rec.retry_at > self.clock.now()
+        ):
+            self._backoff[rec.id] = rec.retry_at
+            self.session.drop(rec.id)
+            return rec
+        self._backoff.pop(rec.id, None)
         self.session.put(rec.view())
         return rec
 
@@ -320,6 +341,7 @@ class Controller:
         rec = self.store.transition(jid, to, at, cause, **changes)
         if to.is_finished():
             self._live.pop(jid, None)
+            self._backoff.pop(jid, None)
             self.session.drop(jid)
             self._gate.forget(jid)
             for waiter in self._gate.waiters(jid):
@@ -371,6 +393,9 @@ class Controller:
             decision.starts, decision.preemptions, decision.nominations
         )  # fmt: skip
         self.again_at = decision.again_at
+        if self._backoff:  # wake up when the first retry backoff runs out
+            first = min(self._backoff.values())
+            self.again_at = first if self.again_at is None else min(self.again_at, first)
         del decision, waiting
         by_id = self._live
         for p in preemptions:
@@ -391,7 +416,7 @@ class Controller:
         attempt = rec.attempts + 1
         self._transition(
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
-            placement=placement, attempts=attempt, nominated=(),
+            placement=placement, attempts=attempt, nominated=(), retry_at=None,
         )  # fmt: skip
         run = self._runs[rec.id] = _Run(attempt, len(placement.devices), launched=now)
         if self.power is not None:
@@ -461,8 +486,9 @@ class Controller:
         if ok:
             ranks = [run.results[r] for r in range(run.world)]
             result = ranks[0] if run.world == 1 else ranks
+            # an earlier attempt's error is in the events, not the job's error any more
             self._transition(rec.id, JobState.SUCCEEDED, now, "every rank succeeded",
-                                  result=result, finished_at=now, **acct)  # fmt: skip
+                             result=result, finished_at=now, error=None, **acct)  # fmt: skip
         elif run.cancel == "cancelled":
             self._transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now,
                              **acct)  # fmt: skip
@@ -473,14 +499,39 @@ class Controller:
             failures = rec.failures + 1
             error = run.error or "stopped"
             if failures <= rec.spec.max_retries:
-                self._transition(
-                    rec.id, JobState.ADMITTED, now,
-                    f"requeued (retry {failures} of {rec.spec.max_retries}): {error}",
-                    placement=None, failures=failures, error=error, **acct,
-                )  # fmt: skip
+                self._requeue_failed(rec, now, failures, error, acct, not run.device_failed)
             else:
                 self._transition(rec.id, JobState.FAILED, now, error, failures=failures,
                                       error=error, finished_at=now, **acct)  # fmt: skip
         if placement is not None:
             self._book.release(rec.id, placement, now)
         self._dirty = True
+
+    def _requeue_failed(
+        self,
+        rec: JobRecord,
+        now: float,
+        failures: int,
+        error: str,
+        acct: dict[str, Any],
+        backoff: bool = True,
+    ) -> None:
+        """A failed attempt with retries left: the job is ADMITTED again, to start after its
+        backoff (:meth:`accelnet.sched.spec.RetrySpec.delay`; kept out of the scheduler's
+        sight until then), or at once without ``backoff`` (a device failed under it: the
+        device is out of service already, and the job did nothing wrong)."""
+        delay = rec.spec.retry.delay(failures, rec.id) if backoff else 0.0
+        at = now + delay if delay > 0 else None
+        when = f", in {delay:.3g} s" if at is not None else ""
+        self._transition(
+            rec.id, JobState.ADMITTED, now,
+            f"requeued (retry {failures} of {rec.spec.max_retries}{when}): {error}",
+            placement=None, failures=failures, error=error, retry_at=at, **acct,
+        )  # fmt: skip
+
+    def _release_backoffs(self, now: float) -> None:
+        """Jobs whose retry backoff has run out: the scheduler sees them again."""
+        for jid in [j for j, at in self._backoff.items() if at <= now]:
+            del self._backoff[jid]
+            self.session.put(self._live[jid].view())
+            self._dirty = True

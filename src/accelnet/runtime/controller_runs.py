@@ -35,6 +35,7 @@ class _Run:
     results: dict[int, Any] = field(default_factory=dict)
     error: str | None = None  # first failure of the attempt
     cancel: str | None = None  # why the controller stopped it (cancel / preempt)
+    device_failed: bool = False  # its error is a device's failure: requeued without backoff
     launched: float = 0.0  # when its tasks were launched
 
     def task_id(self, job: str, rank: int) -> str:

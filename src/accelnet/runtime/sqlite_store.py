@@ -7,9 +7,10 @@ opened (version 1 -> 2 adds each job's attained service and kept work, 2 -> 3 it
 jobs and its name as a column of its own, indexed, 3 -> 4 its energy and the devices'
 telemetry history, 4 -> 5 the idempotency keys of submissions: table ``idempotency``, one
 row per tenant and key with the ids of the jobs that request made, written in the same
-transaction as those jobs); a file of a newer version raises with a message naming both
-versions. :meth:`SqliteStore.atomic` is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` around
-several writes.
+transaction as those jobs), 5 -> 6 the time a job that failed may start again
+(``retry_at``: its retry backoff, kept across a restart); a file of a newer version
+raises with a message naming both versions. :meth:`SqliteStore.atomic` is one
+``BEGIN IMMEDIATE`` ... ``COMMIT`` around several writes.
 
 Pages (:meth:`SqliteStore.jobs_page`, :meth:`SqliteStore.events_page`, what the REST API
 lists with) are read from indexes, newest or oldest first from a key, so that a page
@@ -40,7 +41,7 @@ from accelnet.fabric import DomainLevel
 from accelnet.runtime.store import Event, IdempotencyRecord, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -62,7 +63,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     done REAL NOT NULL DEFAULT 0,
     inputs TEXT NOT NULL DEFAULT '',
     name TEXT,
-    energy TEXT
+    energy TEXT,
+    retry_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
@@ -112,7 +114,7 @@ _NO_SEQ = 2**63 - 1  # above every seq
 SPEC_CACHE = 2048  # job specs kept decoded (by their JSON text)
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
-    "result, error, payload, failures, attained, done, inputs, energy"
+    "result, error, payload, failures, attained, done, inputs, energy, retry_at"
 )
 _MIGRATIONS = {  # from version N to N + 1
     1: (
@@ -126,6 +128,7 @@ _MIGRATIONS = {  # from version N to N + 1
     ),
     3: ("ALTER TABLE jobs ADD COLUMN energy TEXT",),  # device_history: made by _SCHEMA
     4: (),  # idempotency: made by _SCHEMA
+    5: ("ALTER TABLE jobs ADD COLUMN retry_at REAL",),
 }
 
 
@@ -289,7 +292,7 @@ class SqliteStore(Store):
             self._db.execute(
                 "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
                 "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, "
-                "failures=?, attained=?, done=?, inputs=?, energy=? WHERE id=?",
+                "failures=?, attained=?, done=?, inputs=?, energy=?, retry_at=? WHERE id=?",
                 (*row[1:], row[0]),
             )
             if event is not None:
@@ -315,6 +318,7 @@ class SqliteStore(Store):
             r.done,
             _pairs_text(r.inputs),
             None if r.energy is None else json.dumps(r.energy),
+            r.retry_at,
         )
 
     def _record(self, row: tuple[Any, ...]) -> JobRecord:
@@ -336,6 +340,7 @@ class SqliteStore(Store):
             done=row[14],
             inputs=_pairs_of(row[15]),
             energy=None if row[16] is None else json.loads(row[16]),
+            retry_at=row[17],
         )
 
     # ----- events -------------------------------------------------------------------

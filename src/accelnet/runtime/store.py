@@ -33,7 +33,9 @@ class JobRecord:
     ``inputs`` the jobs whose outputs it consumes, ``(alias, job id)``, resolved from the
     spec's names when it was submitted; ``energy`` what its attempts used so far
     (:meth:`accelnet.devices.energy.JobEnergy.to_json`: joules, measured or modelled, by
-    device; None before its first attempt ends or without energy accounting)."""
+    device; None before its first attempt ends or without energy accounting);
+    ``retry_at`` when a job requeued after a failure may start again (its retry backoff;
+    None: at once)."""
 
     id: str
     spec: JobSpec
@@ -52,6 +54,7 @@ class JobRecord:
     done: float = 0.0  # steps kept by finished attempts (checkpointed)
     inputs: tuple[tuple[str, str], ...] = ()  # (alias, upstream job id)
     energy: dict[str, Any] | None = None  # JobEnergy.to_json() of its finished attempts
+    retry_at: float | None = None  # a requeued failed job waits until then (backoff)
 
     def view(self) -> JobView:
         """What the scheduler sees of the job."""

@@ -20,6 +20,7 @@ A job file reads like a SkyPilot or dstack task::
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from datetime import UTC, datetime
@@ -271,6 +272,41 @@ class WorkloadSpec(SpecModel):
     )
 
 
+class RetrySpec(SpecModel):
+    """How long a failed job waits before its next attempt: exponential backoff with jitter
+    (as Kubernetes' crash-loop backoff and AWS's retry guidance), so that a job that fails
+    at once does not burn its retries in milliseconds and jobs that failed together (a
+    device, a service they use) do not all retry at the same instant."""
+
+    backoff_s: StrictFloat = Field(
+        1.0, ge=0, le=86400, description="the wait after the first failure (0: retry at once)"
+    )
+    factor: StrictFloat = Field(
+        2.0, ge=1, le=10, description="each further failure waits this many times longer"
+    )
+    max_backoff_s: StrictFloat = Field(
+        60.0, ge=0, le=86400, description="no wait is longer than this"
+    )
+    jitter: StrictFloat = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="the wait is drawn from [1 - jitter, 1] times the backoff (0: exact)",
+    )
+
+    def delay(self, failures: int, key: str) -> float:
+        """The wait before the attempt after failure number ``failures`` (1: the first):
+        ``min(max_backoff_s, backoff_s * factor ** (failures - 1))``, less a part drawn
+        from ``key`` (the job's id and ``failures``: the same for a job on every run,
+        different between jobs; no random state to keep)."""
+        if self.backoff_s == 0 or failures < 1:
+            return 0.0
+        base = min(self.max_backoff_s, self.backoff_s * self.factor ** min(failures - 1, 64))
+        digest = hashlib.blake2b(f"{key}:{failures}".encode(), digest_size=8).digest()
+        draw = int.from_bytes(digest) / 2.0**64  # in [0, 1)
+        return base * (1.0 - self.jitter * draw)
+
+
 class JobSpec(SpecModel):
     """One job: a gang of tasks on ``resources.accelerators``, running ``run`` or
     ``entrypoint``."""
@@ -299,6 +335,10 @@ class JobSpec(SpecModel):
     )
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     max_retries: StrictInt = Field(0, ge=0, le=100, description="retries after a failure")
+    retry: RetrySpec = Field(
+        default_factory=RetrySpec,
+        description="the wait between a failure and the next attempt (backoff with jitter)",
+    )
     checkpointable: StrictBool = Field(False, description="may be stopped and resumed")
     deadline: StrictFloat | None = Field(
         None, ge=0, description="finish by: seconds on the scheduler's clock, or ISO time"
