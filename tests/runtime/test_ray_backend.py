@@ -234,6 +234,39 @@ def test_a_torch_gang_across_nodes_meets_at_rank_0s_node(
     assert ranks[0]["devices"] == list(gang)
 
 
+def test_a_job_launched_per_host_runs_setup_then_torchrun_on_each_node(
+    cluster: Any, tmp_path: Path
+) -> None:
+    # issue 23 items 2 and 3 on Ray: four L4s of n1 and n2 (3 + 2 there); setup once per
+    # node, then one torchrun per node whose ranks meet at rank 0's node
+    pytest.importorskip("torch")
+    from accelnet.sched import JobSpec
+    from tests.runtime.test_launch_modes import TORCHRUN_SCRIPT
+
+    script, out = tmp_path / "allreduce.py", tmp_path / "out"
+    script.write_text(TORCHRUN_SCRIPT)
+    out.mkdir()
+    spec = JobSpec.model_validate({
+        "name": "ddp-ray", "resources": {"accelerators": "L4:4"}, "launch": "per-host",
+        "setup": 'echo "${ACCELNET_DEVICE%%/*}" > "setup-$ACCELNET_NODE_RANK"',
+        "workdir": str(out), "timeout_s": 240,
+        "run": f"{sys.executable} -m torch.distributed.run {script} {out}",
+    })  # fmt: skip
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
+    with LocalCluster(workdir=tmp_path / "work", ray=options) as c:
+        job = c.submit_spec(spec)
+        rec = job.wait(300)
+        assert rec.state is JobState.SUCCEEDED, rec.error
+        placement = rec.placement
+    assert placement is not None
+    hosts = list(dict.fromkeys(d.split("/")[0] for d in placement.devices))
+    assert sorted(hosts) == ["n1", "n2"]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
+    assert [r["sum"] for r in ranks] == [10.0] * 4  # 1+2+3+4 across two Ray nodes
+    assert {r["group_rank"] for r in ranks} == {0, 1}
+    assert [(out / f"setup-{n}").read_text().strip() for n in range(2)] == hosts
+
+
 def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(
     backend: RayBackend, tmp_path: Path
 ) -> None:

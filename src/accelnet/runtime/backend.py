@@ -42,7 +42,12 @@ class TaskSpec:
     ``LOCAL_RANK``, ``NODE_RANK``, ... :func:`accelnet.runtime.taskenv.rendezvous_env`),
     set by the controller; ``MASTER_ADDR`` and ``MASTER_PORT`` are the backend's to add
     where they are missing (rank 0's host, a port free there), the same for every rank of
-    the attempt.
+    the attempt. ``workdir``: where the task starts (relative: to where it would start
+    otherwise). ``local_devices``: a task launched per host drives all of these (its host's
+    devices of the job, ``device`` first): it sees them all in ``CUDA_VISIBLE_DEVICES`` and
+    ``ACCELNET_LOCAL_DEVICES``; empty: only ``device``. ``grace_s``: how long a command
+    that is stopped (cancelled, preempted, timed out) has between SIGTERM and SIGKILL to
+    save its work (None: the backend's own).
     """
 
     task_id: str
@@ -62,6 +67,9 @@ class TaskSpec:
     share: float = 1.0
     fresh_worker: bool = False
     rendezvous: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    local_devices: tuple[str, ...] = ()
+    grace_s: float | None = None
 
 
 class TaskEventKind(StrEnum):

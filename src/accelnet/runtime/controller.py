@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,11 +40,20 @@ from accelnet.runtime.backend import (
     SupportsProgress,
     TaskEvent,
     TaskEventKind,
+    TaskSpec,
 )
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.controller_devices import _DeviceBook
-from accelnet.runtime.controller_runs import _accounting, _payload, _Run, _task_spec
+from accelnet.runtime.controller_runs import (
+    _accounting,
+    _payload,
+    _rank_specs,
+    _Run,
+    _setup_specs,
+    _world,
+)
 from accelnet.runtime.inputs import InputGate, resolve, verdict
+from accelnet.runtime.nccl_tuning import NcclTuning
 from accelnet.runtime.store import JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
@@ -121,6 +131,7 @@ class Controller:
         self._backoff: dict[str, float] = {}  # requeued failed jobs -> when they may start
         self.care: Care | None = None  # device health and remediation, if attached
         self.power: PowerHook | None = None  # energy per job, a power budget (power_care)
+        self.nccl = NcclTuning(fabric, self.workdir / "nccl")  # gangs of NVIDIA GPUs
         self._recover()
 
     # ----- start-up -----------------------------------------------------------------
@@ -418,7 +429,11 @@ class Controller:
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
             placement=placement, attempts=attempt, nominated=(), retry_at=None,
         )  # fmt: skip
-        run = self._runs[rec.id] = _Run(attempt, len(placement.devices), launched=now)
+        ring = self.nccl.ring(placement.devices) if self.nccl.applies(placement.devices) else None
+        ranked = placement if ring is None else replace(placement, devices=ring)
+        devices = self.fabric.devices
+        hosts = [devices[d].host for d in ranked.devices]
+        run = self._runs[rec.id] = _Run(attempt, _world(rec, hosts), launched=now)
         if self.power is not None:
             self.power.started(rec, placement, attempt, now)
         if rec.inputs and isinstance(self.backend, SupportsHandoff):
@@ -426,14 +441,25 @@ class Controller:
             self.store.log(rec.id, now, "job:inputs", "; ".join(
                 f"{alias} = outputs of {job} at {where(job)} (by reference)"
                 for alias, job in rec.inputs))  # fmt: skip
-        log_dir = self.log_dir
-        payload = _payload(rec)
-        devices = self.fabric.devices
-        hosts = [devices[d].host for d in placement.devices]
-        for rank, dev in enumerate(placement.devices):
-            tid = run.task_id(rec.id, rank)
-            self._tasks[tid] = (rec.id, rank)
-            spec = _task_spec(rec, run, rank, dev, placement, payload, log_dir, hosts)
+        specs = _rank_specs(rec, run, ranked, _payload(rec), self.log_dir, hosts)
+        if ring is not None:  # NCCL's variables for each task's host
+            for spec in specs:
+                spec.rendezvous.update(self.nccl.env(ring, devices[spec.device].host))
+        setup = _setup_specs(rec, run, ranked, self.log_dir, hosts)
+        if setup:  # the ranks start once setup has succeeded on every host
+            run.pending = specs
+            for host, spec in setup.items():
+                run.setup[spec.task_id] = host
+                self._tasks[spec.task_id] = (rec.id, -1)
+            for spec in setup.values():
+                self.backend.launch(spec)
+            return
+        self._start_ranks(rec.id, specs)
+
+    def _start_ranks(self, jid: str, specs: list[TaskSpec]) -> None:
+        for spec in specs:
+            self._tasks[spec.task_id] = (jid, spec.rank)
+        for spec in specs:
             self.backend.launch(spec)
 
     def _stop(self, jid: str, why: str) -> None:
@@ -441,6 +467,11 @@ class Controller:
         if run is None or run.cancel is not None:
             return
         run.cancel = why
+        for spec in run.pending:  # never started: ended as far as the attempt goes
+            run.ended[spec.rank] = TaskEventKind.CANCELLED
+        run.pending = []
+        for tid in run.setup:
+            self.backend.cancel(tid)
         for rank in range(run.world):
             if rank not in run.ended:
                 self.backend.cancel(run.task_id(jid, rank))
@@ -458,6 +489,9 @@ class Controller:
         now = ev.at
         self.store.log(jid, now, f"task:{ev.kind.value}", f"{ev.task_id}"
                        + (f": {ev.error}" if ev.error else ""))  # fmt: skip
+        if rank < 0:
+            self._on_setup_event(ev, rec, run)
+            return
         if ev.kind is TaskEventKind.STARTED:
             run.started.add(rank)
             if len(run.started) == run.world and rec.state is JobState.STARTING:
@@ -472,8 +506,27 @@ class Controller:
             log = self.log_dir / f"{ev.task_id}.err"
             run.error = f"rank {rank} {ev.kind.value}: {ev.error or ev.exit_code} (log: {log})"
             self._stop(jid, "another rank failed")
-        if len(run.ended) == run.world:
+        if run.settled():
             self._settle(self._live[jid], run, now)
+
+    def _on_setup_event(self, ev: TaskEvent, rec: JobRecord, run: _Run) -> None:
+        """An event of a setup task: when the last one succeeds the ranks start; when one
+        fails the attempt fails with its log (the other hosts' setup is stopped)."""
+        if ev.kind is TaskEventKind.STARTED:
+            return
+        host = run.setup.pop(ev.task_id)
+        del self._tasks[ev.task_id]
+        stopped = ev.kind is TaskEventKind.CANCELLED and run.cancel is not None
+        if ev.kind is not TaskEventKind.SUCCEEDED and not stopped and run.error is None:
+            log = self.log_dir / f"{ev.task_id}.err"
+            run.error = (f"setup on {host} {ev.kind.value}: {ev.error or ev.exit_code} "
+                         f"(log: {log})")  # fmt: skip
+            self._stop(rec.id, "setup failed")
+        if not run.setup and run.pending and run.cancel is None:
+            specs, run.pending = run.pending, []
+            self._start_ranks(rec.id, specs)
+        elif run.settled():
+            self._settle(rec, run, ev.at)
 
     def _settle(self, rec: JobRecord, run: _Run, now: float) -> None:
         """Every rank of the attempt has ended: decide the job's fate, free its devices."""

@@ -17,8 +17,9 @@ import cloudpickle
 from accelnet.runtime.backend import Backend, SupportsProgress, TaskEventKind, TaskSpec
 from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord
-from accelnet.runtime.taskenv import rendezvous_env
+from accelnet.runtime.taskenv import host_launch_env, rendezvous_env
 from accelnet.sched import Placement
+from accelnet.sched.spec import LaunchMode, stop_grace
 
 if TYPE_CHECKING:
     from accelnet.runtime.power_care import PowerHook
@@ -26,10 +27,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Run:
-    """One attempt of a job: its tasks and what they reported."""
+    """One attempt of a job: its tasks and what they reported. A job with a ``setup``
+    command runs its setup tasks (``setup``: task id -> host) first and keeps its ranks'
+    tasks in ``pending`` until every one has succeeded."""
 
     attempt: int
     world: int
+    setup: dict[str, str] = field(default_factory=dict)
+    pending: list[TaskSpec] = field(default_factory=list)
     started: set[int] = field(default_factory=set)
     ended: dict[int, TaskEventKind] = field(default_factory=dict)
     results: dict[int, Any] = field(default_factory=dict)
@@ -40,6 +45,10 @@ class _Run:
 
     def task_id(self, job: str, rank: int) -> str:
         return f"{job}.{self.attempt}.{rank}"
+
+    def settled(self) -> bool:
+        """Every task of the attempt has ended (or will never start)."""
+        return not self.setup and len(self.ended) == self.world
 
 
 def _payload(rec: JobRecord) -> bytes | None:
@@ -52,7 +61,80 @@ def _payload(rec: JobRecord) -> bytes | None:
     return payload
 
 
-def _task_spec(
+def _by_host(devices: Sequence[str], hosts: Sequence[str]) -> dict[str, list[str]]:
+    """The devices of each host, hosts in the order of their first device."""
+    out: dict[str, list[str]] = {}
+    for dev, host in zip(devices, hosts, strict=True):
+        out.setdefault(host, []).append(dev)
+    return out
+
+
+def _world(rec: JobRecord, hosts: Sequence[str]) -> int:
+    """How many tasks an attempt of ``rec`` runs: one per device, or one per host."""
+    return len(set(hosts)) if rec.spec.launch is LaunchMode.PER_HOST else len(hosts)
+
+
+def _rank_specs(
+    rec: JobRecord,
+    run: _Run,
+    placement: Placement,
+    payload: bytes | None,
+    log_dir: Path,
+    hosts: Sequence[str],
+) -> list[TaskSpec]:
+    """The tasks of ``rec``'s attempt ``run`` on ``placement`` (``hosts``: the host of each
+    of its devices): one per device with torchrun's per-rank variables, or, launched per
+    host, one per host on its first device, driving all of them, with torchrun's per-node
+    options."""
+    devices = placement.devices
+    if rec.spec.launch is LaunchMode.PER_HOST:
+        groups = _by_host(devices, hosts)
+        nodes = list(groups)
+        return [
+            _spec(rec, run, node, group[0], placement, payload, log_dir,
+                  host_launch_env(node, nodes, len(group)), tuple(group))
+            for node, group in enumerate(groups.values())
+        ]  # fmt: skip
+    return [
+        _spec(rec, run, rank, dev, placement, payload, log_dir, rendezvous_env(rank, hosts))
+        for rank, dev in enumerate(devices)
+    ]
+
+
+def _setup_specs(
+    rec: JobRecord, run: _Run, placement: Placement, log_dir: Path, hosts: Sequence[str]
+) -> dict[str, TaskSpec]:
+    """The setup tasks of ``rec``'s attempt ``run`` (none without ``setup``): one per host
+    of the placement, on its first device, each a task of its own (task id
+    ``<job>.<attempt>.setup-<node>``, logs beside the ranks'); by host."""
+    if rec.spec.setup is None:
+        return {}
+    groups = _by_host(placement.devices, hosts)
+    nodes = ",".join(groups)
+    out = {}
+    for node, (host, group) in enumerate(groups.items()):
+        env = {**rec.spec.env, "ACCELNET_SETUP": "1", "ACCELNET_NODE_RANK": str(node),
+               "ACCELNET_NUM_NODES": str(len(groups)), "ACCELNET_HOSTS": nodes}  # fmt: skip
+        out[host] = TaskSpec(
+            task_id=f"{rec.id}.{run.attempt}.setup-{node}",
+            job_id=rec.id,
+            rank=0,
+            world=1,
+            device=group[0],
+            devices=(group[0],),
+            command=rec.spec.setup,
+            env=env,
+            timeout_s=rec.spec.timeout_s,
+            log_dir=str(log_dir),
+            attempt=run.attempt,
+            tenant=rec.spec.tenant,
+            share=placement.share,
+            workdir=rec.spec.workdir,
+        )
+    return out
+
+
+def _spec(
     rec: JobRecord,
     run: _Run,
     rank: int,
@@ -60,10 +142,10 @@ def _task_spec(
     placement: Placement,
     payload: bytes | None,
     log_dir: Path,
-    hosts: Sequence[str],
+    rendezvous: dict[str, str],
+    local_devices: tuple[str, ...] = (),
 ) -> TaskSpec:
-    """The task of rank ``rank`` of ``rec``'s attempt ``run``, on ``dev`` (``hosts``: the
-    host of each rank's device)."""
+    """The task of rank ``rank`` of ``rec``'s attempt ``run``, on ``dev``."""
     return TaskSpec(
         task_id=run.task_id(rec.id, rank),
         job_id=rec.id,
@@ -81,7 +163,10 @@ def _task_spec(
         tenant=rec.spec.tenant,
         share=placement.share,
         fresh_worker=rec.spec.fresh_worker,
-        rendezvous=rendezvous_env(rank, hosts),
+        rendezvous=rendezvous,
+        workdir=rec.spec.workdir,
+        local_devices=local_devices,
+        grace_s=stop_grace(rec.spec),
     )
 
 

@@ -38,6 +38,8 @@ from pathlib import Path
 from accelnet.runtime.backend import TaskSpec
 
 OUTPUT_ENV = "ACCELNET_OUTPUT"
+# the same folder for every attempt of a job: <its output folder>/checkpoint (made by the task)
+CHECKPOINT_ENV = "ACCELNET_CHECKPOINT_DIR"
 INPUTS_ENV = "ACCELNET_INPUTS"
 INPUT_ENV_PREFIX = "ACCELNET_INPUT_"
 SHM_ENV = "ACCELNET_SHM"
@@ -219,7 +221,9 @@ class HandoffArea:
             attempt = self._attempts[key] = _Attempt(self._new_shm(), local_world or task.world)
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
-        env = {OUTPUT_ENV: str(self.output(task.job_id)), SHM_ENV: str(attempt.shm)}
+        output = self.output(task.job_id)
+        env = {OUTPUT_ENV: str(output), CHECKPOINT_ENV: str(output / "checkpoint"),
+               SHM_ENV: str(attempt.shm)}  # fmt: skip
         if task.rendezvous and "MASTER_PORT" not in task.rendezvous:
             # every rank of the attempt runs on this machine: rank 0 listens here
             if attempt.port is None:

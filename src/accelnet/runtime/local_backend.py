@@ -57,7 +57,7 @@ from accelnet.runtime.local_workers import (
     lane_key,
 )
 from accelnet.runtime.runas import OsUser, RunAsError, TenantUsers, hand_over, task_identity
-from accelnet.runtime.taskenv import mps_env, task_env_delta
+from accelnet.runtime.taskenv import cuda_visible_devices, mps_env, task_env_delta
 
 Recycle = Literal["per-tenant", "always", "after-python", "never"]
 RECYCLE_POLICIES: tuple[Recycle, ...] = ("per-tenant", "always", "after-python", "never")
@@ -192,16 +192,18 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                 {
                     **self._handoff.task_env(task, self._here(task)),
                     **mps_env(device, task.share, self._emulated),
+                    **self._local_devices_env(task),
                 },
             ),
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,
-            "grace_s": self._kill_grace_s,
+            "grace_s": self._kill_grace_s if task.grace_s is None else task.grace_s,
             "sys_path": None,
             "user": None,
-            # where the task starts: its device's scratch dir, or the backend's own cwd
-            "cwd": str(scratch) if self._task_cwd == "scratch" else None,
+            # where the task starts: its workdir, else its device's scratch dir, or the
+            # backend's own cwd (a relative workdir is taken from there)
+            "cwd": self._cwd(task, scratch if self._task_cwd == "scratch" else None),
         }
         try:
             if task.payload is not None:
@@ -257,7 +259,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         shm = Path(req["env"][SHM_ENV])
         if shm.is_dir() and not shm.is_symlink():  # the attempt's, made 0700 by the backend
             os.chown(shm, user.uid, user.gid)
-        req["user"], req["cwd"] = user.to_wire(), str(scratch)
+        req["user"], req["cwd"] = user.to_wire(), self._cwd(task, scratch)
         req["env"] = {**task_identity(user, str(scratch)), **req["env"]}
 
     def cancel(self, task_id: str) -> None:
@@ -553,5 +555,24 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
 
     def _here(self, task: TaskSpec) -> int:
         """How many of the task's gang run on this backend's devices (a backend may hold
-        one machine's share of a gang that spans several)."""
+        one machine's share of a gang that spans several): one per device, or per host
+        for a gang launched per host."""
+        if task.local_devices:
+            return len({self._devices[d].host for d in task.devices if d in self._devices})
         return sum(1 for d in task.devices if d in self._devices)
+
+    def _local_devices_env(self, task: TaskSpec) -> dict[str, str]:
+        """A task launched per host sees every device it drives in
+        ``CUDA_VISIBLE_DEVICES`` (in the order given: ring order), not only its own."""
+        if not task.local_devices:
+            return {}
+        seen = (cuda_visible_devices(self._device(d), self._emulated) for d in task.local_devices)
+        return {"CUDA_VISIBLE_DEVICES": ",".join(x for x in seen if x)}
+
+    @staticmethod
+    def _cwd(task: TaskSpec, default: Path | None) -> str | None:
+        """Where ``task`` starts: its ``workdir`` (relative: to ``default``, or to the
+        backend's own folder), else ``default`` (None: the backend's own folder)."""
+        if task.workdir is None:
+            return None if default is None else str(default)
+        return str(Path(task.workdir) if default is None else default / task.workdir)

@@ -110,6 +110,33 @@ def rendezvous_env(rank: int, hosts: Sequence[str]) -> dict[str, str]:
     }
 
 
+def host_launch_env(node: int, nodes: Sequence[str], local_world: int) -> dict[str, str]:
+    """The launcher variables of the task of a job launched per host (one process on each
+    of ``nodes``, driving ``local_world`` devices) that runs on ``nodes[node]``: those
+    ``torchrun`` reads its options from (``PET_NNODES``, ``PET_NODE_RANK``,
+    ``PET_NPROC_PER_NODE``; ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` follow the backend's
+    ``MASTER_*``), so a plain ``torchrun train.py`` starts the host's ranks and meets the
+    other hosts; ``NODE_RANK``, ``GROUP_RANK``, ``GROUP_WORLD_SIZE``, ``LOCAL_WORLD_SIZE``
+    and accelnet's ``ACCELNET_NODE_RANK``, ``ACCELNET_NUM_NODES``,
+    ``ACCELNET_LOCAL_WORLD_SIZE``, ``ACCELNET_HOSTS``. No ``RANK``/``WORLD_SIZE``/
+    ``LOCAL_RANK``: the launcher gives each of its processes its own."""
+    n, me, local = str(len(nodes)), str(node), str(local_world)
+    return {
+        "PET_NNODES": n,
+        "PET_NODE_RANK": me,
+        "PET_NPROC_PER_NODE": local,
+        "NODE_RANK": me,
+        "GROUP_RANK": me,
+        "GROUP_WORLD_SIZE": n,
+        "LOCAL_WORLD_SIZE": local,
+        "ACCELNET_NODE_RANK": me,
+        "ACCELNET_NUM_NODES": n,
+        "ACCELNET_LOCAL_WORLD_SIZE": local,
+        "ACCELNET_HOSTS": ",".join(nodes),
+        "ACCELNET_LAUNCH": "per-host",
+    }
+
+
 def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What a task's environment adds to its worker's (which has the parent's environment
     and :func:`device_env` from its start): the task's accelnet variables, its
@@ -120,11 +147,17 @@ def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[
         "ACCELNET_TASK": task.task_id,
         "ACCELNET_RANK": str(task.rank),
         "ACCELNET_WORLD_SIZE": str(task.world),
+        "ACCELNET_ATTEMPT": str(task.attempt),
         "ACCELNET_DEVICES": ",".join(task.devices),
         "ACCELNET_DEVICE_SHARE": f"{task.share:g}",
         **task.rendezvous,
     }
+    if task.local_devices:
+        env["ACCELNET_LOCAL_DEVICES"] = ",".join(task.local_devices)
     if extra:
         env.update(extra)
+    if "PET_NNODES" in env and "MASTER_PORT" in env:  # launched per host: torchrun's too
+        env["PET_MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
+        env["PET_MASTER_PORT"] = env["MASTER_PORT"]
     env.update(task.env)
     return env

@@ -59,6 +59,7 @@ STREAMS = ("out", "err")
 PARENT_CHECK_S = 0.25  # how often the watchdog looks for its parent
 ERROR_LINES = 6  # lines of a traceback (or of a command's stderr) kept in an event's error
 _NO_PIDFD_POLL_S = 0.01  # exit polling period where os.pidfd_open is missing
+_GROUP_POLL_S = 0.02  # how often a stopped task's process group is looked at during its grace
 _pause = threading.Event().wait  # a sleep that no one interrupts
 
 
@@ -116,11 +117,17 @@ class _Child:
         return True
 
     def kill(self, grace: float) -> int:
-        """SIGTERM the group, SIGKILL it after ``grace`` s (or at once if the shell is gone);
-        reap the shell and return its exit code."""
+        """SIGTERM the group, SIGKILL what is left of it after ``grace`` s; reap the shell and
+        return its exit code. The grace is the whole group's: ``/bin/sh -c 'python
+        train.py'`` (dash does not exec its last command) loses its shell to SIGTERM at once
+        while the program it started is still saving its work, and is given the rest of
+        the grace to finish."""
+        end = time.monotonic() + grace
         if not self.exited():
             self.signal(signal.SIGTERM)
             self.wait_exit(grace)
+        while time.monotonic() < end and group_alive(self.proc.pid):
+            _pause(_GROUP_POLL_S)
         return self.reap()
 
     def signal(self, sig: signal.Signals) -> None:
@@ -136,6 +143,24 @@ class _Child:
             os.close(self.pidfd)
             self.pidfd = None
         return code
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie (read from
+    ``/proc``: the group's own shell, exited but not reaped, still counts for
+    ``killpg(pgid, 0)``)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 class Worker:

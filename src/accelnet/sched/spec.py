@@ -272,6 +272,29 @@ class WorkloadSpec(SpecModel):
     )
 
 
+class LaunchMode(StrEnum):
+    """How many processes a job's gang runs: one per device (each a rank, as ``srun
+    --ntasks-per-gpu=1``), or one per host driving all of the job's devices there (for
+    ``torchrun --nproc-per-node``, MPI launchers, JAX multi-host; as SkyPilot's
+    ``num_nodes`` or ``srun --ntasks-per-node=1``)."""
+
+    PER_DEVICE = "per-device"
+    PER_HOST = "per-host"
+
+
+MAX_WORKDIR_BYTES = 4096  # PATH_MAX
+
+
+def _workdir(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value:
+        raise ValueError("an empty workdir: give a folder, or leave workdir out")
+    _text_for_exec("the workdir", value)
+    _at_most(value, MAX_WORKDIR_BYTES, "the workdir is {size:,} bytes; at most {limit:,}")
+    return value
+
+
 class RetrySpec(SpecModel):
     """How long a failed job waits before its next attempt: exponential backoff with jitter
     (as Kubernetes' crash-loop backoff and AWS's retry guidance), so that a job that fails
@@ -320,6 +343,23 @@ class JobSpec(SpecModel):
         None, max_length=MAX_RUN_BYTES, description="shell command (not empty; at most 64 KiB)"
     )
     entrypoint: EntrypointSpec | None = Field(None, description="Python function to call")
+    setup: str | None = Field(
+        None,
+        max_length=MAX_RUN_BYTES,
+        description="shell command run once on each host of the job, before its ranks start "
+        "(each attempt); its failure fails the attempt, with its log",
+    )
+    workdir: Annotated[str | None, AfterValidator(_workdir)] = Field(
+        None,
+        description="the folder the ranks (and setup) start in: absolute, or relative to "
+        "where they would start otherwise (the backend's folder, or the device's scratch "
+        "folder under the service)",
+    )
+    launch: LaunchMode = Field(
+        LaunchMode.PER_DEVICE,
+        description="per-device: one process (rank) per device; per-host: one per host, "
+        "driving all of the job's devices there (torchrun --nproc-per-node)",
+    )
     env: dict[EnvName, EnvValue] = Field(
         default_factory=dict,
         description="extra environment: NAME: value (no ACCELNET_* or CUDA_VISIBLE_DEVICES; "
@@ -344,6 +384,14 @@ class JobSpec(SpecModel):
         None, ge=0, description="finish by: seconds on the scheduler's clock, or ISO time"
     )
     timeout_s: StrictFloat | None = Field(None, gt=0, description="kill a task after this long")
+    stop_grace_s: StrictFloat | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="between SIGTERM and SIGKILL when a task is stopped (preempted, cancelled, "
+        "timed out), to save a checkpoint; unset: 30 s for a checkpointable job, else the "
+        "backend's (1 s)",
+    )
     fresh_worker: StrictBool = Field(
         False,
         description="replace the worker process after each of this job's tasks (as Ray's "
@@ -364,7 +412,7 @@ class JobSpec(SpecModel):
             return (v if v.tzinfo else v.replace(tzinfo=UTC)).timestamp()
         return v
 
-    @field_validator("run")
+    @field_validator("run", "setup")
     @classmethod
     def _a_command(cls, v: str | None) -> str | None:
         if v is None:
@@ -412,6 +460,18 @@ class JobSpec(SpecModel):
         if own:
             raise ValueError(f"inputs.{own[0]}: job {self.name} cannot consume its own outputs")
         return self
+
+
+CHECKPOINT_GRACE_S = 30.0  # a checkpointable job's default stop_grace_s (Kubernetes' too)
+
+
+def stop_grace(spec: JobSpec) -> float | None:
+    """How long a stopped task of ``spec`` has between SIGTERM and SIGKILL: its
+    ``stop_grace_s``, else :data:`CHECKPOINT_GRACE_S` if it is checkpointable, else None
+    (the backend's own)."""
+    if spec.stop_grace_s is not None:
+        return spec.stop_grace_s
+    return CHECKPOINT_GRACE_S if spec.checkpointable else None
 
 
 def job_json_schema() -> dict[str, Any]:
