@@ -53,7 +53,6 @@ from accelnet.runtime.controller_runs import (
     _world,
 )
 from accelnet.runtime.inputs import InputGate, resolve, verdict
-from accelnet.runtime.nccl_tuning import NcclTuning
 from accelnet.runtime.store import JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
@@ -61,6 +60,7 @@ from accelnet.sched.scheduler import Reasons
 from accelnet.sched.session import Session
 
 if TYPE_CHECKING:
+    from accelnet.runtime.nccl_tuning import NcclTuning
     from accelnet.runtime.power_care import PowerHook
 
 _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
@@ -131,7 +131,9 @@ class Controller:
         self._backoff: dict[str, float] = {}  # requeued failed jobs -> when they may start
         self.care: Care | None = None  # device health and remediation, if attached
         self.power: PowerHook | None = None  # energy per job, a power budget (power_care)
-        self.nccl = NcclTuning(fabric, self.workdir / "nccl")  # gangs of NVIDIA GPUs
+        # gangs of NVIDIA GPUs ranked by ring, NCCL's variables: where tasks really run
+        # (attached by LocalCluster; the simulator's controller has none)
+        self.nccl: NcclTuning | None = None
         self._recover()
 
     # ----- start-up -----------------------------------------------------------------
@@ -429,7 +431,8 @@ class Controller:
             rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
             placement=placement, attempts=attempt, nominated=(), retry_at=None,
         )  # fmt: skip
-        ring = self.nccl.ring(placement.devices) if self.nccl.applies(placement.devices) else None
+        nccl = self.nccl
+        ring = nccl.ring(placement.devices) if nccl and nccl.applies(placement.devices) else None
         ranked = placement if ring is None else replace(placement, devices=ring)
         devices = self.fabric.devices
         hosts = [devices[d].host for d in ranked.devices]
@@ -442,9 +445,9 @@ class Controller:
                 f"{alias} = outputs of {job} at {where(job)} (by reference)"
                 for alias, job in rec.inputs))  # fmt: skip
         specs = _rank_specs(rec, run, ranked, _payload(rec), self.log_dir, hosts)
-        if ring is not None:  # NCCL's variables for each task's host
+        if nccl is not None and ring is not None:  # NCCL's variables for each task's host
             for spec in specs:
-                spec.rendezvous.update(self.nccl.env(ring, devices[spec.device].host))
+                spec.rendezvous.update(nccl.env(ring, devices[spec.device].host))
         setup = _setup_specs(rec, run, ranked, self.log_dir, hosts)
         if setup:  # the ranks start once setup has succeeded on every host
             run.pending = specs

@@ -37,6 +37,7 @@ from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.controller import Controller
 from accelnet.runtime.history_keeper import HISTORY_WIDTH_S, HistoryKeeper
 from accelnet.runtime.local_backend import LocalBackend, Recycle
+from accelnet.runtime.nccl_tuning import NcclTuning
 from accelnet.runtime.power_care import PowerCare, default_controls
 from accelnet.runtime.runas import OsUser, TenantUsers
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
@@ -194,6 +195,7 @@ class LocalCluster(DeviceOps):
         self.controller = Controller(
             self.fabric, self.store, self.backend, clock, self.workdir, scheduler
         )
+        self.controller.nccl = NcclTuning(self.fabric, self.workdir / "nccl")
         self.care: DeviceCare | None = None
         if health:
             self.care = DeviceCare(
