@@ -17,7 +17,7 @@ import cloudpickle
 from accelnet.runtime.backend import Backend, SupportsProgress, TaskEventKind, TaskSpec
 from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord
-from accelnet.runtime.taskenv import host_launch_env, rendezvous_env
+from accelnet.runtime.taskenv import host_launch_env, rendezvous_envs
 from accelnet.sched import Placement
 from accelnet.sched.spec import LaunchMode, stop_grace
 
@@ -95,8 +95,9 @@ def _rank_specs(
                   host_launch_env(node, nodes, len(group)), tuple(group))
             for node, group in enumerate(groups.values())
         ]  # fmt: skip
+    envs = rendezvous_envs(hosts)  # one pass for the gang, not one per rank
     return [
-        _spec(rec, run, rank, dev, placement, payload, log_dir, rendezvous_env(rank, hosts))
+        _spec(rec, run, rank, dev, placement, payload, log_dir, envs[rank])
         for rank, dev in enumerate(devices)
     ]
 

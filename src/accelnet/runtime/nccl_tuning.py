@@ -13,8 +13,8 @@ overrides any of them.
 
 Every other job (one device, any other kind) is launched as placed, with nothing added,
 and costs one check per device. Attached to the controllers of clusters that run tasks
-(:class:`accelnet.runtime.sdk.LocalCluster`); the simulator's has none. Rings are kept per placement (the search over a 9-GPU
-placement tries 20,160 rings), topology files per host.
+(:class:`accelnet.runtime.sdk.LocalCluster`); the simulator's has none. Rings are kept per
+placement (the search over a 9-GPU placement tries 20,160 rings), topology files per host.
 """
 
 from __future__ import annotations

@@ -89,25 +89,37 @@ def rendezvous_env(rank: int, hosts: Sequence[str]) -> dict[str, str]:
     by node rank, comma-separated). Hosts are numbered in the order of their first rank,
     so rank 0's host is node 0 (where ``MASTER_ADDR`` points); a host's ranks are numbered
     locally in rank order. ``MASTER_ADDR`` and ``MASTER_PORT`` are the backend's."""
+    return rendezvous_envs(hosts)[rank]
+
+
+def rendezvous_envs(hosts: Sequence[str]) -> list[dict[str, str]]:
+    """:func:`rendezvous_env` of every rank of the gang, in one pass over ``hosts``."""
     nodes = list(dict.fromkeys(hosts))
-    host = hosts[rank]
-    local = [r for r, h in enumerate(hosts) if h == host]
-    node = str(nodes.index(host))
-    local_rank, local_world = str(local.index(rank)), str(len(local))
-    return {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(len(hosts)),
-        "LOCAL_RANK": local_rank,
-        "LOCAL_WORLD_SIZE": local_world,
-        "NODE_RANK": node,
-        "GROUP_RANK": node,
-        "GROUP_WORLD_SIZE": str(len(nodes)),
-        "ACCELNET_NODE_RANK": node,
-        "ACCELNET_NUM_NODES": str(len(nodes)),
-        "ACCELNET_LOCAL_RANK": local_rank,
-        "ACCELNET_LOCAL_WORLD_SIZE": local_world,
-        "ACCELNET_HOSTS": ",".join(nodes),
-    }
+    node_of = {h: str(i) for i, h in enumerate(nodes)}
+    counts: dict[str, int] = {}
+    local_ranks = []
+    for h in hosts:
+        local_ranks.append(counts.get(h, 0))
+        counts[h] = local_ranks[-1] + 1
+    world, n, joined = str(len(hosts)), str(len(nodes)), ",".join(nodes)
+    out = []
+    for rank, (host, local) in enumerate(zip(hosts, local_ranks, strict=True)):
+        node, local_rank, local_world = node_of[host], str(local), str(counts[host])
+        out.append({
+            "RANK": str(rank),
+            "WORLD_SIZE": world,
+            "LOCAL_RANK": local_rank,
+            "LOCAL_WORLD_SIZE": local_world,
+            "NODE_RANK": node,
+            "GROUP_RANK": node,
+            "GROUP_WORLD_SIZE": n,
+            "ACCELNET_NODE_RANK": node,
+            "ACCELNET_NUM_NODES": n,
+            "ACCELNET_LOCAL_RANK": local_rank,
+            "ACCELNET_LOCAL_WORLD_SIZE": local_world,
+            "ACCELNET_HOSTS": joined,
+        })  # fmt: skip
+    return out
 
 
 def host_launch_env(node: int, nodes: Sequence[str], local_world: int) -> dict[str, str]:
