@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.runtime.taskenv import host_launch_env
 from accelnet.sched import JobSpec, JobState
+from tests.runtime.test_rendezvous import TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = str(ROOT / "examples" / "fabrics" / "l4-pair.yaml")  # 2 hosts x 2 L4
@@ -45,25 +45,8 @@ def test_launch_setup_and_workdir_are_checked_in_the_spec() -> None:
     assert ok.launch.value == "per-host" and ok.workdir == "sub"
 
 
-TORCHRUN_SCRIPT = textwrap.dedent(
-    """
-    import json, os, sys
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")  # torchrun's env:// - nothing accelnet-specific
-    rank, world = dist.get_rank(), dist.get_world_size()
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    json.dump({"rank": rank, "world": world, "sum": t.item(),
-               "local_rank": int(os.environ["LOCAL_RANK"]),
-               "group_rank": int(os.environ["GROUP_RANK"]),
-               "host_devices": os.environ["ACCELNET_LOCAL_DEVICES"],
-               "cwd": os.getcwd()},
-              open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w"))
-    dist.destroy_process_group()
-    """
-)
+# the script of tests/runtime/test_rendezvous.py: an unmodified torch.distributed program
+TORCHRUN_SCRIPT = TRAIN
 
 
 @pytest.mark.slow

@@ -90,7 +90,10 @@ TRAIN = textwrap.dedent(
     out = os.path.join(sys.argv[1], f"rank{rank}.json")
     json.dump({"rank": rank, "world": world, "sum": t.item(), "devices": names,
                "local_rank": int(os.environ["LOCAL_RANK"]),
-               "node_rank": int(os.environ["NODE_RANK"])}, open(out, "w"))
+               "node_rank": int(os.environ["NODE_RANK"]),
+               "group_rank": int(os.environ["GROUP_RANK"]),
+               "host_devices": os.environ.get("ACCELNET_LOCAL_DEVICES", ""),
+               "cwd": os.getcwd()}, open(out, "w"))
     dist.destroy_process_group()
     """
 )
