@@ -145,6 +145,18 @@ def quick() -> str:
     return os.environ["ACCELNET_DEVICE"]
 
 
+def save_checkpoint(name: str, text: str) -> str:
+    folder = Path(os.environ["ACCELNET_CHECKPOINT_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return str(folder)
+
+
+def read_checkpoint() -> dict[str, str]:
+    folder = Path(os.environ["ACCELNET_CHECKPOINT_DIR"])
+    return {p.name: p.read_text() for p in sorted(folder.iterdir())} | {"@": str(folder)}
+
+
 # -- discovery and placement ----------------------------------------------------------------
 
 
@@ -267,6 +279,22 @@ def test_a_job_launched_per_host_runs_setup_then_torchrun_on_each_node(
     assert [(out / f"setup-{n}").read_text().strip() for n in range(2)] == hosts
 
 
+@pytest.mark.slow
+def test_a_preempted_ddp_job_resumes_across_ray_nodes_from_its_checkpoint(
+    cluster: Any, tmp_path: Path
+) -> None:
+    # issue 23's acceptance on Ray: the DDP example's 4 ranks on n1 and n2 (3 + 2 L4s),
+    # preempted by a more important job and resumed; rank 0 saved on its node and every
+    # rank of the resumed gang loads the same checkpoint, on whichever node it runs
+    pytest.importorskip("torch")
+    from tests.runtime.test_train_example import assert_resumed, preempted_once, run_single
+
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
+    got, (first, second), _ = preempted_once("per-device", tmp_path, ray=options)
+    single = run_single(tmp_path)
+    assert_resumed(got, first, second, single)
+
+
 def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(
     backend: RayBackend, tmp_path: Path
 ) -> None:
@@ -292,6 +320,29 @@ def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(
     folder = backend.collect_output("producer")
     assert folder == Path(backend.output_location("producer"))
     assert sorted(p.name for p in folder.iterdir()) == ["part0.txt", "part1.txt"]
+
+
+def test_a_retry_on_another_node_finds_the_checkpoints_its_job_left_on_earlier_ones(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    # issue 23 item 5: $ACCELNET_CHECKPOINT_DIR is a folder of each node's own; attempt 2
+    # on n2 gets what attempts before left on n0 and n1, the newest copy of a file winning
+    def attempt(n: int, tid: str, device: str, fn: Callable[..., Any], *args: Any) -> Any:
+        spec = dataclasses.replace(task(tid, device, tmp_path, None, fn, *args, job="ck"),
+                                   attempt=n)  # fmt: skip
+        (event,) = run(backend, spec).values()
+        assert event.kind is TaskEventKind.SUCCEEDED, event
+        return event.result
+
+    attempt(1, "ck.1.0", "n0/gpu0", save_checkpoint, "model.txt", "step 10 (n0)")
+    attempt(1, "ck.1.0b", "n0/gpu0", save_checkpoint, "shard-n0.txt", "n0's shard")
+    time.sleep(0.05)  # the later save is newer by its time stamp
+    attempt(2, "ck.2.0", "n1/gpu0", save_checkpoint, "model.txt", "step 20 (n1)")
+    got = attempt(3, "ck.3.0", "n2/gpu0", read_checkpoint)
+    assert "/nodes/n2/" in got.pop("@")  # n2's own folder, filled from n0's and n1's
+    assert got == {"model.txt": "step 20 (n1)", "shard-n0.txt": "n0's shard"}
+    back = attempt(4, "ck.4.0", "n0/gpu1", read_checkpoint)  # n0 gets n1's newer model
+    assert back["model.txt"] == "step 20 (n1)"
 
 
 def test_a_declared_machine_that_is_missing_starts_offline_and_close_leaves_nothing(

@@ -34,13 +34,17 @@ def _metrics(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One plain process, the same seed and global batch."""
-    out = tmp_path_factory.mktemp("single") / "metrics.json"
+def run_single(folder: Path) -> dict[str, Any]:
+    """One plain process, the same seed and global batch: its metrics."""
+    out = folder / "metrics.json"
     subprocess.run([sys.executable, str(SCRIPT), "--steps", str(STEPS), "--out", str(out)],
                    check=True, capture_output=True, timeout=300)  # fmt: skip
     return _metrics(out)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_single(tmp_path_factory.mktemp("single"))
 
 
 def _job(name: str, out: Path, launch: str, extra: str = "", **fields: Any) -> JobSpec:
@@ -78,12 +82,16 @@ def test_ddp_over_two_hosts_learns_and_matches_one_process(
         assert steps[-1]["loss"] < steps[0]["loss"] / 10
 
 
-def _preempted_once(launch: str, tmp_path: Path) -> tuple[dict[str, Any], list[str], Path]:
+def preempted_once(
+    launch: str, tmp_path: Path, ray: Any = None
+) -> tuple[dict[str, Any], list[str], Path]:
     """The job, preempted mid-run by a more important one, and resumed: its metrics, its
-    rank 0's stdout lines of each attempt, and its log folder."""
+    rank 0's stdout lines of each attempt, and its log folder. On ``PAIR``, or on the Ray
+    cluster of ``ray`` (RayOptions) if given."""
     out = tmp_path / "metrics.json"
     sched = Scheduler("priority", preemption="priority")
-    with LocalCluster(PAIR, workdir=tmp_path / "work", scheduler=sched) as cluster:
+    fabric = None if ray is not None else PAIR
+    with LocalCluster(fabric, workdir=tmp_path / "work", scheduler=sched, ray=ray) as cluster:
         low = cluster.submit_spec(_job(
             "low", out, launch, "--step-sleep 0.05 --checkpoint-every 10", priority=0,
         ))  # fmt: skip
@@ -112,7 +120,13 @@ def _preempted_once(launch: str, tmp_path: Path) -> tuple[dict[str, Any], list[s
 def test_a_preempted_ddp_job_resumes_from_its_checkpoint(
     launch: str, single: dict[str, Any], tmp_path: Path
 ) -> None:
-    got, (first, second), _ = _preempted_once(launch, tmp_path)
+    got, (first, second), _ = preempted_once(launch, tmp_path)
+    assert_resumed(got, first, second, single)
+
+
+def assert_resumed(got: dict[str, Any], first: str, second: str, single: dict[str, Any]) -> None:
+    """The run stopped where it had got to, resumed there, ran every step once and ended
+    with a single process's weights."""
     events = [json.loads(x) for x in first.splitlines() if x.startswith("{")]
     stopped = next(e for e in events if e["event"] == "preempted")["step"]
     last = max(e["step"] for e in events if e["event"] == "step")

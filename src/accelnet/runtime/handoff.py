@@ -40,6 +40,7 @@ from accelnet.runtime.backend import TaskSpec
 OUTPUT_ENV = "ACCELNET_OUTPUT"
 # the same folder for every attempt of a job: <its output folder>/checkpoint (made by the task)
 CHECKPOINT_ENV = "ACCELNET_CHECKPOINT_DIR"
+CHECKPOINT_DIR = "checkpoint"  # the checkpoint folder's name in a job's output folder
 INPUTS_ENV = "ACCELNET_INPUTS"
 INPUT_ENV_PREFIX = "ACCELNET_INPUT_"
 SHM_ENV = "ACCELNET_SHM"
@@ -222,7 +223,7 @@ class HandoffArea:
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
         output = self.output(task.job_id)
-        env = {OUTPUT_ENV: str(output), CHECKPOINT_ENV: str(output / "checkpoint"),
+        env = {OUTPUT_ENV: str(output), CHECKPOINT_ENV: str(output / CHECKPOINT_DIR),
                SHM_ENV: str(attempt.shm)}  # fmt: skip
         if task.rendezvous and "MASTER_PORT" not in task.rendezvous:
             # every rank of the attempt runs on this machine: rank 0 listens here

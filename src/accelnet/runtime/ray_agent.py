@@ -21,7 +21,9 @@ given) the node's folders are ``<driver workdir>/nodes/<host>`` and logs go stra
 the driver's log folder; elsewhere they are under the node's temporary folder and each
 ended task's logs travel back with its event. Jobs' output folders are the node's own;
 :meth:`NodeAgent.pack` and the ``parts`` of :meth:`NodeAgent.launch` move a job's outputs
-between nodes as Ray objects (a tar of the folder).
+between nodes as Ray objects (a tar of the folder); :meth:`NodeAgent.pack_checkpoint` and
+the same ``parts`` bring a retried job's checkpoint folder (``$ACCELNET_CHECKPOINT_DIR``)
+from the nodes it ran on before, the newer of two files of one name winning.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ from typing import Any, TypeVar
 from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.runtime.backend import TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.handoff import free_port
+from accelnet.runtime.handoff import CHECKPOINT_DIR, free_port
 from accelnet.runtime.local_backend import LocalBackend, Recycle
 from accelnet.runtime.ray_nodes import NodeReport, build_fabric_of
+from accelnet.runtime.ray_parts import CHECKPOINT_PART
 
 NODE_ENV = "ACCELNET_RAY_NODE"
 _IDLE_POLL_S = 0.5  # the pump's longest wait for its backend (calls wake it at once)
@@ -74,11 +77,12 @@ def token_file(workdir: str | Path, session: str) -> Path:
 
 
 def pack_folder(folder: Path) -> bytes | None:
-    """A tar of ``folder``'s contents (None if it does not exist)."""
+    """A tar of ``folder``'s contents (None if it does not exist); files keep their
+    modification times to the nanosecond's float (PAX headers)."""
     if not folder.is_dir():
         return None
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in sorted(folder.iterdir()):
             tar.add(entry, arcname=entry.name)
     return buf.getvalue()
@@ -90,6 +94,24 @@ def unpack_into(blob: bytes, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
         tar.extractall(folder, filter="data")
+
+
+def unpack_newer(blob: bytes, folder: Path) -> int:
+    """Extract the members of a :func:`pack_folder` tar that ``folder`` lacks or holds
+    an older copy of (by modification time): parts of one checkpoint folder from several
+    nodes merge, and the latest save of a file wins. The number extracted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
+        newer = []
+        for member in tar.getmembers():
+            try:
+                have = (folder / member.name).lstat().st_mtime
+            except OSError:
+                have = None
+            if have is None or (member.isfile() and member.mtime > have):
+                newer.append(member)
+        tar.extractall(folder, members=newer, filter="data")
+    return sum(m.isfile() for m in newer)
 
 
 class NodeAgent:
@@ -264,6 +286,13 @@ class NodeAgent:
         """This node's part of ``job_id``'s outputs, as a tar (None if it has none)."""
         return pack_folder(Path(self.backend.output_location(job_id)))
 
+    def pack_checkpoint(self, job_id: str) -> bytes | None:
+        """This node's ``$ACCELNET_CHECKPOINT_DIR`` of ``job_id``, as a tar (None if none)."""
+        return pack_folder(self._checkpoint_dir(job_id))
+
+    def _checkpoint_dir(self, job_id: str) -> Path:
+        return Path(self.backend.output_location(job_id)) / CHECKPOINT_DIR
+
     def close(self) -> None:
         """Stop every task and worker of the node; idempotent."""
         if not self._closing:
@@ -355,7 +384,10 @@ class NodeAgent:
         with self._parts_lock:
             if blob is None or (job, source) in self._unpacked:
                 return
-            unpack_into(blob, Path(self.backend.output_location(job)))
+            if source.startswith(CHECKPOINT_PART):
+                unpack_newer(blob, self._checkpoint_dir(job))
+            else:
+                unpack_into(blob, Path(self.backend.output_location(job)))
             self._unpacked.add((job, source))
 
 

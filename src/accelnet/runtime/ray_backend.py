@@ -68,7 +68,15 @@ from accelnet.runtime.ray_courier import _Courier
 from accelnet.runtime.ray_gangs import _Gangs
 from accelnet.runtime.ray_members import _Members
 from accelnet.runtime.ray_nodes import NodeReport
-from accelnet.runtime.ray_parts import _CALL_S, _first_line, _keep_logs, _Node, _Outputs, _Task
+from accelnet.runtime.ray_parts import (
+    _CALL_S,
+    _Checkpoints,
+    _first_line,
+    _keep_logs,
+    _Node,
+    _Outputs,
+    _Task,
+)
 
 if TYPE_CHECKING:
     from accelnet.runtime.ray_connect import RayOptions
@@ -127,8 +135,15 @@ class RayBackend(
         self._busy: dict[str, list[str]] = {}  # device -> its running tasks (shares, pairs)
         self._fresh: dict[str, tuple[bool, str]] = {}  # device -> refreshed since its task
         self._outputs = _Outputs()
+        self._checkpoints = _Checkpoints()
         self._courier = _Courier(
-            ray, self._nodes, self._waiting, self._outputs, self._finish, self._members.down
+            ray,
+            self._nodes,
+            self._waiting,
+            self._outputs,
+            self._checkpoints,
+            self._finish,
+            self._members.down,
         )
         self._gangs = _Gangs(
             ray, options, self._nodes, self._tasks, self._waiting, self._finish, self._courier.send
@@ -358,6 +373,8 @@ class RayBackend(
                 del self._busy[t.spec.device]
         if t.sent and kind is TaskEventKind.SUCCEEDED:
             self._outputs.keep(t)
+        if t.sent:
+            self._checkpoints.ran(t)
         self._gangs.settle(t)
         self._events.append(TaskEvent(task_id, kind, self._clock.now(), **fields))
 

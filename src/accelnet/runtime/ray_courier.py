@@ -2,7 +2,8 @@
 
 A node's launches of one turn go in one call that is also a long poll (an agent answers
 it at least every second, sooner with news); a launch that needs parts of its inputs from
-other nodes goes alone, with those parts as Ray objects. Internal to
+other nodes goes alone, with those parts as Ray objects, and so does a retry's launch on a
+node other than those its job ran on before, with their checkpoint folders. Internal to
 :class:`~accelnet.runtime.ray_backend.RayBackend`, which owns one :class:`_Courier`
 (called from its thread only).
 """
@@ -15,7 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from accelnet.runtime.backend import TaskEventKind, TaskSpec
-from accelnet.runtime.ray_parts import _CALL_S, _first_line, _Node, _Outputs, _Task
+from accelnet.runtime.ray_parts import (
+    _CALL_S,
+    CHECKPOINT_PART,
+    _Checkpoints,
+    _first_line,
+    _Node,
+    _Outputs,
+    _Task,
+)
 
 _AGENT_WAIT_S = 1.0  # an agent's long poll: it answers at least this often
 _POLLS = 2  # long polls outstanding per agent at most (a launch beyond: a short call)
@@ -32,6 +41,7 @@ class _Courier:
         nodes: dict[str, _Node],
         waiting: dict[Any, tuple[str, Any]],
         outputs: _Outputs,
+        checkpoints: _Checkpoints,
         finish: Callable[..., None],
         down: Callable[[_Node, str], None],
     ) -> None:
@@ -39,13 +49,16 @@ class _Courier:
         self._nodes = nodes
         self._waiting = waiting
         self._outputs = outputs
+        self._checkpoints = checkpoints
         self._finish = finish
         self._down = down
         self._pending: dict[str, list[tuple[TaskSpec, list[str] | None]]] = {}  # not sent yet
 
     def send(self, t: _Task) -> None:
         """Hand a task to its node's agent, with the parts of its inputs that other nodes
-        hold (as Ray objects, fetched to the node before the task starts)."""
+        hold (as Ray objects, fetched to the node before the task starts) and, for a
+        retry, the checkpoint folders its job's tasks left on other nodes (those on nodes
+        that went away are lost: the task starts from what the others hold)."""
         node = self._nodes[t.host]
         parts: list[tuple[str, str]] = []
         refs: list[Any] = []
@@ -61,6 +74,12 @@ class _Courier:
                     return
                 parts.append((job, f"{src}:{news}"))
                 refs.append(self._outputs.pack(job, src, news, self._nodes[src].agent))
+        if t.spec.attempt > 1:
+            job = t.spec.job_id
+            for src, news in sorted(self._checkpoints.sources(job, t.host).items()):
+                if self._nodes[src].up:
+                    parts.append((job, f"{CHECKPOINT_PART}{src}:{news}"))
+                    refs.append(self._checkpoints.pack(job, src, news, self._nodes[src].agent))
         path = None
         if t.spec.payload is not None and node.sent_path != sys.path:
             path = node.sent_path = list(sys.path)

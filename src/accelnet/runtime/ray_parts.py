@@ -1,5 +1,6 @@
-"""The Ray backend's records: what the driver knows of each node and each task, and the
-book of which nodes hold which jobs' outputs (for the hand-off between jobs).
+"""The Ray backend's records: what the driver knows of each node and each task, the
+book of which nodes hold which jobs' outputs (for the hand-off between jobs), and the book
+of where each job's tasks ran (their checkpoints follow the job to its next attempt).
 
 Internal to :class:`~accelnet.runtime.ray_backend.RayBackend`, its node membership
 (:mod:`accelnet.runtime.ray_members`) and its gangs (:mod:`accelnet.runtime.ray_gangs`).
@@ -19,6 +20,8 @@ from accelnet.runtime.ray_nodes import NodeReport
 
 _CALL_S = 30.0  # a blocking call to an agent (beyond the backend's own waits)
 _PACKS_KEPT = 64
+_JOBS_KEPT = 4096  # jobs whose hosts the checkpoint book remembers (the latest ended)
+CHECKPOINT_PART = "checkpoint:"  # a launch part that is a job's checkpoint folder
 
 
 @dataclass(slots=True, eq=False)
@@ -85,6 +88,41 @@ class _Outputs:
         ref = self._packs.get(key)
         if ref is None:
             ref = self._packs[key] = agent.pack.remote(job)
+            while len(self._packs) > _PACKS_KEPT:
+                self._packs.popitem(last=False)
+        return ref
+
+
+class _Checkpoints:
+    """Where each job's tasks ran: ``$ACCELNET_CHECKPOINT_DIR`` is a folder of the node's
+    own, so a later attempt on another node gets the parts the earlier ones left (asked of
+    those nodes' agents as Ray objects, once per (job, host, news)). The backend's thread
+    only."""
+
+    def __init__(self) -> None:
+        self._news = 0
+        self._hosts: OrderedDict[str, dict[str, int]] = OrderedDict()  # job -> host -> news
+        self._packs: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+
+    def ran(self, t: _Task) -> None:
+        """A task of ``t``'s job ended on its host (its checkpoint part may have changed)."""
+        self._news += 1
+        hosts = self._hosts.pop(t.spec.job_id, {})
+        hosts[t.host] = self._news
+        self._hosts[t.spec.job_id] = hosts
+        while len(self._hosts) > _JOBS_KEPT:
+            self._hosts.popitem(last=False)
+
+    def sources(self, job: str, host: str) -> dict[str, int]:
+        """The hosts other than ``host`` where ``job``'s tasks ran: host -> news."""
+        return {h: n for h, n in self._hosts.get(job, {}).items() if h != host}
+
+    def pack(self, job: str, src: str, news: int, agent: Any) -> Any:
+        """The Ray object of ``src``'s checkpoint folder of ``job`` (asked of ``agent`` once)."""
+        key = (job, src, news)
+        ref = self._packs.get(key)
+        if ref is None:
+            ref = self._packs[key] = agent.pack_checkpoint.remote(job)
             while len(self._packs) > _PACKS_KEPT:
                 self._packs.popitem(last=False)
         return ref
