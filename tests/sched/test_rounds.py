@@ -14,7 +14,13 @@ from accelnet.fabric import Fabric
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Snapshot
 from accelnet.sched.policies.hetero_fair import HeteroFair
 from accelnet.sched.policies.ranked import Las, Sjf, Srtf
-from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
+from accelnet.sched.rounds import (
+    Allocation,
+    RoundContext,
+    RoundPolicy,
+    RoundScheduler,
+    StopCost,
+)
 from accelnet.sched.session import Session
 from accelnet.sim.engine import Simulation
 from accelnet.sim.policies import make_scheduler
@@ -44,8 +50,10 @@ def rates_of(table: Mapping[str, Mapping[str, float]]) -> Any:
     return rate
 
 
-def job(name: str, t: float, steps: float | None = None, acc: str = "any:1") -> JobView:
-    body: dict[str, Any] = {"name": name, "run": "x", "checkpointable": True,
+def job(
+    name: str, t: float, steps: float | None = None, acc: str = "any:1", checkpointable: bool = True
+) -> JobView:
+    body: dict[str, Any] = {"name": name, "run": "x", "checkpointable": checkpointable,
                             "resources": {"accelerators": acc}}  # fmt: skip
     if steps is not None:
         body["workload"] = {"total_steps": steps}
@@ -158,6 +166,38 @@ def test_preemption_happens_only_when_a_round_begins(via_session: bool) -> None:
     d = decide(201.0, [requeued, short])
     assert models_started(d) == {"short": "V100"}
     assert "long" in d.waiting
+
+
+@VIA
+@pytest.mark.parametrize(
+    ("checkpointable", "cost"),
+    [(False, StopCost()), (True, StopCost(restart_s=20_000.0))],
+    ids=["not-checkpointable", "stop-costs-more-than-is-left"],
+)
+def test_a_round_does_not_stop_a_job_that_would_lose_by_it(
+    checkpointable: bool, cost: StopCost, via_session: bool
+) -> None:
+    # as test_preemption_happens_only_when_a_round_begins, but long would lose all its
+    # work (not checkpointable), or has less left (9,810 s) than a stop costs: it keeps
+    # its device through round 2 and short waits for it
+    table = {"long": {"V100": 1.0}, "short": {"V100": 1.0}}
+    sched = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table), stop_cost=cost)
+    decide = Decider(sched, ONE_V100, via_session)
+    long = job("long", 0.0, steps=10_000, checkpointable=checkpointable)
+    long = running(long, ONE_V100, decide(10.0, [long]), 10.0)
+    short = job("short", 150.0, steps=100)
+    for now in (200.0, 300.0, 1000.0):
+        d = decide(now, [long, short])
+        assert d.preemptions == () and d.starts == (), now
+        assert "not planned" in d.waiting["short"]
+
+
+def test_a_stop_costs_the_jobs_grace_and_a_restart() -> None:
+    spec = job("a", 0.0).spec  # checkpointable: 30 s to save by default
+    assert StopCost().of(spec) == 60.0
+    assert StopCost(restart_s=5.0, checkpoint_s=1.0).of(spec) == 6.0
+    graced = spec.model_copy(update={"stop_grace_s": 120.0})
+    assert StopCost().of(graced) == 150.0
 
 
 @VIA
@@ -328,6 +368,18 @@ def test_between_rounds_an_idle_faster_device_takes_a_running_job(via_session: b
     first2 = decide2(0.0, [a, short_b])
     mid2 = decide2(10.0, [running(short_b, V100_K80, first2, 0.0)])
     assert mid2.preemptions == ()
+    # its work not known: over one round (100 s) 4x faster saves 75 s; a stop that costs
+    # 60 s (30 s grace, 30 s restart) pays, one that costs 80 s does not; one that loses
+    # the job's work never does
+    for cost, checkpointable, moves in ((StopCost(), True, True),
+                                        (StopCost(restart_s=50.0), True, False),
+                                        (StopCost(), False, False)):  # fmt: skip
+        sched4 = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table), stop_cost=cost)
+        decide4 = Decider(sched4, V100_K80, via_session)
+        open_b = job("b", 0.0, checkpointable=checkpointable)
+        first4 = decide4(0.0, [a, open_b])
+        mid4 = decide4(10.0, [running(open_b, V100_K80, first4, 0.0)])
+        assert bool(mid4.preemptions) is moves, (cost, checkpointable)
     # and never with upgrades off
     sched3 = RoundScheduler(Srtf(), round_s=100.0, rates=rates_of(table), upgrade=None)
     decide3 = Decider(sched3, V100_K80, via_session)

@@ -31,7 +31,11 @@ new round's plan keeps its devices until it is RUNNING and the next round begins
 
 A job stopped at a round boundary is requeued (PREEMPTING, then ADMITTED), keeps its work
 if it is checkpointable, and pays the restart cost when it starts again, exactly as a
-priority preemption does.
+priority preemption does. So a round never stops a job that is not checkpointable (it
+would lose all its work: it keeps its devices until it ends), and a stop must pay for
+itself (:class:`StopCost`: the time to save, the job's stop grace, and to warm up again):
+a running job whose known remaining time is below its stop cost keeps its devices at a
+round, and a move to faster idle devices between rounds must save more time than it costs.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from accelnet.sched.placement import explain
 from accelnet.sched.roundplan import make_plan
 from accelnet.sched.scheduler import Scheduler, Walk, traffic_hook
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
-from accelnet.sched.spec import JobSpec
+from accelnet.sched.spec import JobSpec, stop_grace
 from accelnet.sched.topology import DeviceClass
 
 Allocation = Mapping[str, Mapping[str, float]]  # job -> model -> fraction of time
@@ -219,6 +223,24 @@ def _first(entry: tuple[tuple[float, ...], tuple[str, ...], str]) -> tuple[float
     return entry[0]
 
 
+@dataclass(frozen=True, slots=True)
+class StopCost:
+    """What stopping a running (checkpointable) job costs it, in seconds of its run:
+    saving its state, ``checkpoint_s`` (None: the job's own stop grace, what it is given
+    between SIGTERM and SIGKILL, the longest a save may take), then warming up again when
+    it restarts, ``restart_s`` (loading the checkpoint, rebuilding state). Live the
+    defaults apply; the simulator sets its own ``restart_s`` and ``checkpoint_s``, the
+    costs it charges."""
+
+    restart_s: float = 30.0
+    checkpoint_s: float | None = None
+
+    def of(self, spec: JobSpec) -> float:
+        """The cost of one stop of a job of ``spec``."""
+        save = self.checkpoint_s if self.checkpoint_s is not None else stop_grace(spec)
+        return (save or 0.0) + self.restart_s
+
+
 class RoundScheduler(Scheduler):
     """A :class:`Scheduler` whose decisions realise a round policy's allocations."""
 
@@ -231,6 +253,7 @@ class RoundScheduler(Scheduler):
         reset_s: float = 1920.0,
         upgrade: float | None = 0.5,
         colocated: PairRateFn | None = None,
+        stop_cost: StopCost | None = None,
     ) -> None:
         if not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
@@ -243,8 +266,10 @@ class RoundScheduler(Scheduler):
         self._mate: dict[str, str] = {}  # job -> the job it is planned packed with
         self.colocated = colocated  # pair rates, for policies that pack
         self._x: Allocation = {}
+        self._fixed: frozenset[str] = frozenset()  # running jobs this round could not stop
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
+        self.stop_cost = stop_cost or StopCost()
         # each job's rates per model, kept across decisions: (spec, rate fn, room, rates)
         self._all: tuple[object, dict[str, int]] = (None, {})  # topology, devices per model
         self._tput: dict[str, tuple[JobSpec, RateFn, tuple[tuple[str, int], ...],
@@ -277,8 +302,10 @@ class RoundScheduler(Scheduler):
             # jobs being stopped are planned too: they hold devices now and will requeue
             ctx = self._context(jobs + stopping_views, info, w)
             self._x = self.policy.allocate(ctx)
-            keep: dict[str, str] = {}
-            kept_mates: dict[str, str] = {}
+            # jobs a round must not stop: not checkpointable, or too near their end
+            keep = {j.id: j.placement.model for j in running
+                    if j.placement is not None and not self._stoppable(j, info)}  # fmt: skip
+            kept_mates = {j: m for j, m in mates_now.items() if j in keep and m in keep}
             if not preemptive:  # between rounds: running jobs and earlier plans stand
                 keep = {j.id: j.placement.model for j in running if j.placement is not None}
                 keep.update((j, self._plan[j]) for j in [*stopping, *(q.id for q in queued)]
@@ -292,10 +319,13 @@ class RoundScheduler(Scheduler):
             }
             units = self.policy.order_units(ctx, self._x)
             self._plan, self._mate = make_plan(ctx, units, keep, kept_mates, halves)
+            self._fixed = frozenset(j for j in keep if preemptive)
             self._round, self._active = round_no, active
         preemptions: list[Preempt] = []
         if preemptive:
             for job in running:
+                if job.id in self._fixed:
+                    continue  # kept running through the round (see _stoppable)
                 planned = self._plan.get(job.id)
                 moved = job.placement is not None and planned != job.placement.model
                 why = self._why(job, planned)
@@ -337,13 +367,19 @@ class RoundScheduler(Scheduler):
                 continue
             if job.id in self._mate:
                 continue  # planned packed: it moves with its mate at the round
+            if not job.spec.checkpointable:
+                continue  # a stop would lose its work
             rates = ctx.tput.get(job.id, {})
             here = rates.get(p.model, 0.0)
             left = ctx.info.remaining_s(job, p.model)
             if left is not None and left < self.round_s:
                 continue  # about to finish: a move would not pay for its restart
+            # the time it saves over its remaining work (a round's, if that is not
+            # known) must outlast what the stop costs it
+            horizon, cost = (self.round_s if left is None else left), self.stop_cost.of(job.spec)
             for model, rate in rates.items():
-                if model != p.model and rate > here * (1 + self.upgrade):
+                faster = rate > here * (1 + self.upgrade)
+                if model != p.model and faster and horizon * (1 - here / rate) > cost:
                     moves.append((rate / max(here, 1e-12), job, model))
         out: list[Preempt] = []
         moved: set[str] = set()
@@ -356,6 +392,16 @@ class RoundScheduler(Scheduler):
             self._plan[job.id] = model
             out.append(Preempt(job.id, "", f"{self.policy.name}: moved to idle {model}"))
         return out
+
+    def _stoppable(self, job: JobView, info: JobInfo) -> bool:
+        """Whether a round may stop ``job``: it is checkpointable (else it would lose its
+        work) and, if its remaining time is known, it has more left than a stop costs (it
+        would end before it was running again)."""
+        if not job.spec.checkpointable:
+            return False
+        p = job.placement
+        left = None if p is None else info.remaining_s(job, p.model)
+        return left is None or left > self.stop_cost.of(job.spec)
 
     def _repack(self, job: JobView, mates_now: Mapping[str, str]) -> bool:
         """Whether a running job must stop to run packed anew: it runs whole but is planned

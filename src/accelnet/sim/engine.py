@@ -34,6 +34,7 @@ from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.controller import Controller, JobRejectedError
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
+from accelnet.sched.rounds import RoundScheduler, StopCost
 from accelnet.sim.backend import SimBackend
 from accelnet.sim.bounds import MAX_JOBS, jct_lp, makespan_lp
 from accelnet.sim.columns import JobTable, SampleTable
@@ -82,7 +83,9 @@ class Simulation:
         iterable in arrival order (ties in its order), read lazily; a job id seen twice is
         a ValueError. ``forget_finished``: drop each ended job's record, events and spec
         once its outcome is recorded (the store keeps no event log then); results are the
-        same. ``total``: how many jobs a stream holds, if known (for progress)."""
+        same. ``total``: how many jobs a stream holds, if known (for progress). A round
+        scheduler is told the stop costs this run charges (``restart_s``,
+        ``checkpoint_s``: :class:`~accelnet.sched.rounds.StopCost`)."""
         if round_s is not None and not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
         self.fabric = fabric
@@ -103,6 +106,8 @@ class Simulation:
         self._next: SimJob | None = next(self._source, None)  # the next arrival
         self._first: list[SimJob] = []  # the first MAX_JOBS + 1 jobs (for the LP bound)
         self.scheduler = scheduler
+        if isinstance(scheduler, RoundScheduler):  # its stops cost what this run charges
+            scheduler.stop_cost = StopCost(restart_s=restart_s, checkpoint_s=checkpoint_s)
         self.rates = rates
         # a round-based policy gets a decision at every round boundary
         self.round_s = round_s if round_s is not None else getattr(scheduler, "round_s", None)
