@@ -189,3 +189,37 @@ def test_a_round_policy_runs_live_on_worker_processes(tmp_path: Path) -> None:
     # four devices, six jobs: two waited for a device, and a round scheduler placed them
     assert sorted(r.attempts for r in records) == [1] * 6
     assert all(r.attained and r.attained[0][0] == "L4" for r in records)
+
+
+@pytest.mark.parametrize("checkpointable", [False, True])
+def test_a_round_change_stops_only_a_job_that_keeps_its_work(
+    checkpointable: bool, tmp_path: Path
+) -> None:
+    # issue 23: under srtf a short newcomer is planned before the long running job at the
+    # next round (0.3 s); the running job is stopped for it only if it is checkpointable
+    from accelnet.sched.policies import make_scheduler
+
+    sched = make_scheduler("srtf", round_s=0.3)
+    whole = {"resources": {"accelerators": "L4:4"}, "max_retries": 0}
+    with accelnet.local(fabric="pcie-4xL4", workdir=tmp_path, scheduler=sched) as cluster:
+        first = cluster.submit_spec(JobSpec.model_validate({
+            "name": "first", "run": "sleep 3", "checkpointable": checkpointable,
+            "workload": {"duration_s": 600}, **whole,
+        }))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while first.state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, "the first job never started"
+            time.sleep(0.02)
+        second = cluster.submit_spec(JobSpec.model_validate({
+            "name": "second", "run": "true", "workload": {"duration_s": 1}, **whole,
+        }))  # fmt: skip
+        done = second.wait(timeout=60)
+        rec = first.wait(timeout=60)
+    assert done.state is JobState.SUCCEEDED and rec.state is JobState.SUCCEEDED
+    assert done.started_at is not None and rec.finished_at is not None
+    if checkpointable:  # stopped for the newcomer, requeued, and run again after it
+        assert rec.attempts == 2 and rec.failures == 0
+        assert done.started_at < rec.finished_at
+    else:  # it kept its devices to its end; the newcomer waited
+        assert rec.attempts == 1
+        assert done.started_at >= rec.finished_at - 0.05
