@@ -1,4 +1,4 @@
-"""The training acceptance of issue 23: examples/train/ddp_digits.py, a real PyTorch DDP job
+"""The training acceptance of issue 23: accelnet.workloads.ddp_digits, a real PyTorch DDP job
 (CPU, gloo), as a 4-rank gang over the two hosts of examples/fabrics/l4-pair.yaml,
 launched per device and per host (torchrun): loss falls, accuracy is high, and the weights
 equal a single process's for the same seed and global batch; preempted by a more
@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "examples" / "train" / "ddp_digits.py"
+SCRIPT = ROOT / "src" / "accelnet" / "workloads" / "ddp_digits.py"  # a plain script
 PAIR = str(ROOT / "examples" / "fabrics" / "l4-pair.yaml")  # 2 hosts x 2 L4
 STEPS = 120
 # float sums in another order (4 shards' gradients averaged vs one batch's): the same

@@ -1,7 +1,8 @@
 """``accelnet demo``: the main job. Real work on this machine's devices, shown as it runs.
 
-Four typical workloads run as jobs through the scheduler and the local backend (one worker
-process per device): ML inference (digits, batched), graphics rendering (a gang of tiles,
+Five typical workloads run as jobs through the scheduler and the local backend (one worker
+process per device): ML training (a PyTorch DDP gang, its loss shown live; skipped without
+the torch extra), ML inference (digits, batched), graphics rendering (a gang of tiles,
 then a job that consumes them and assembles a PNG), big-data processing (a gang of
 partitions, then a merge that consumes them) and real-time video (a pipeline job: decode ->
 process -> encode on different devices, frames through shared memory; its per-frame
@@ -26,7 +27,7 @@ from rich.text import Text
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
-from accelnet.runtime.demo import DemoRun, DemoSizes
+from accelnet.runtime.demo import TRAINING, DemoRun, DemoSizes
 from accelnet.runtime.energy_book import energy_from_json
 from accelnet.runtime.pipeline import find_report
 from accelnet.runtime.ray_connect import RayOptions
@@ -45,6 +46,19 @@ def _pipeline_metric(result: Any) -> str:
         f" = compute {lat['compute_total']['p50']:.1f} + transfer "
         f"{lat['transfer_total']['p50']:.2f} ms, recall {report['result']['recall']:.2f}"
     )
+
+
+def _training_metric(run: DemoRun, rec: JobRecord) -> str:
+    """Live: the step and loss rank 0 reached; at the end: the final loss and accuracy."""
+    done = run.training_metrics() if rec.state.value == "succeeded" else None
+    if done is not None:
+        return (f"{done['steps']} steps, loss {done['final_loss']:.4f}, "
+                f"test accuracy {done['test_accuracy']:.3f}")  # fmt: skip
+    steps = run.training_progress() if rec.started_at is not None else []
+    if not steps:
+        return ""
+    step, loss = steps[-1]
+    return f"step {step}/{run.sizes.train_steps}, loss {loss:.4f}"
 
 
 def _metric(name: str, result: Any) -> str:
@@ -69,7 +83,13 @@ def _metric(name: str, result: Any) -> str:
 
 
 def _row(
-    name: str, rec: JobRecord, emulated: bool, output: str, now: float, why: str | None
+    name: str,
+    rec: JobRecord,
+    emulated: bool,
+    output: str,
+    now: float,
+    why: str | None,
+    metric: str,
 ) -> list[Text]:
     devices = ", ".join(rec.placement.devices) if rec.placement else "-"
     if emulated and rec.placement:
@@ -85,7 +105,7 @@ def _row(
         Text(energy_from_json(rec.energy).describe() if rec.energy else "-"),
         Text(state, JOB_STATE_STYLE.get(state, "")),
         Text(output if state == "succeeded" else (rec.error or why or "")[:80]),
-        Text(_metric(name, rec.result)),
+        Text(metric),
     ]
 
 
@@ -96,7 +116,12 @@ def _table(run: DemoRun, emulated: bool, title: str) -> Table:
     now = time.time()
     for name, job in run.jobs.items():
         why = run.cluster.reason(job.id)
-        table.add_row(*_row(name, job.record, emulated, run.outputs.get(name, ""), now, why))
+        rec = job.record
+        metric = _training_metric(run, rec) if name == TRAINING else _metric(name, rec.result)
+        table.add_row(*_row(name, rec, emulated, run.outputs.get(name, ""), now, why, metric))
+    for name, why in run.skipped.items():
+        table.add_row(Text(name), *(Text("-") for _ in range(4)), Text("skipped", "yellow"),
+                      Text(why), Text(""))  # fmt: skip
     return table
 
 
@@ -123,6 +148,15 @@ def _breakdown_table(report: dict[str, Any]) -> Table:
     add("transfer (all hops)", "", lat["transfer_total"], "bold")
     add("total", "", lat["total"], "bold")
     return table
+
+
+def _training_json(run: DemoRun, plot: Path | None) -> dict[str, Any] | None:
+    if TRAINING not in run.jobs:
+        return None
+    steps = run.training_progress()
+    return {"metrics": run.training_metrics(), "loss_plot": str(plot) if plot else None,
+            "first_loss": steps[0][1] if steps else None,
+            "last_loss": steps[-1][1] if steps else None}  # fmt: skip
 
 
 def demo(
@@ -154,7 +188,8 @@ def _demo(
     fab = load_or_exit(fabric, "per-core") if ray is None or fabric is not None else None
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    small = DemoSizes(requests=500, width=160, height=120, rows=200_000, frames=30)
+    small = DemoSizes(requests=500, width=160, height=120, rows=200_000, frames=30,
+                      train_steps=100)  # fmt: skip
     shown: dict[str, Any] | None = None
     sizes = small if quick else DemoSizes()
     console = Console(stderr=as_json)
@@ -180,6 +215,7 @@ def _demo(
                 live.update(_table(run, emulated, title))
             live.update(_table(run, emulated, title))
         records = {name: job.record for name, job in run.jobs.items()}
+        loss_plot = run.finish_training()
     ok = all(r.state.value == "succeeded" for r in records.values())
     report = find_report(records["video-pipeline"].result)
     if report is not None:
@@ -217,6 +253,8 @@ def _demo(
                 for name, r in records.items()
             },
             "pipeline": shown,
+            "training": _training_json(run, loss_plot),
+            "skipped": run.skipped,
         }
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     console.print()

@@ -1,4 +1,10 @@
-"""The demo workload mix: inference, rendering, big data and video, run as real jobs.
+"""The demo workload mix: training, inference, rendering, big data and video, as real jobs.
+
+Training is a gang running :mod:`accelnet.workloads.ddp_digits`, a plain PyTorch DDP
+script, as a shell command per rank: accelnet gives each rank torchrun's variables and a
+checkpoint folder; its loss is read from rank 0's log while it runs and plotted at the end
+(``training/loss.png``). It needs PyTorch (the ``torch`` extra): without it the job is
+skipped, and the demo says how to get it.
 
 Render and data are gangs (one task per device, each doing its share, told by
 ``ACCELNET_RANK``/``ACCELNET_WORLD_SIZE``) writing their parts to their job's output
@@ -12,12 +18,20 @@ Every final output goes under one folder.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
-from dataclasses import dataclass
+import shlex
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accelnet.runtime.sdk import Job, LocalCluster
+from accelnet.sched import JobSpec
+
+TRAINING = "training"
+NO_TORCH = "needs PyTorch: pip install 'accelnet[torch]'"
 
 
 def _rank() -> tuple[int, int, str]:
@@ -102,6 +116,38 @@ class DemoSizes:
     frames: int = 60
     fps: int = 30  # the video pipeline's camera: frames are paced at this rate
     realtime: bool = True
+    train_steps: int = 300
+
+
+def training_steps(log: str) -> list[tuple[int, float]]:
+    """(step, loss) of each ``step`` line of a :mod:`~accelnet.workloads.ddp_digits` log."""
+    out = []
+    for line in log.splitlines():
+        if line.startswith('{"event": "step"'):
+            try:
+                event = json.loads(line)
+                out.append((int(event["step"]), float(event["loss"])))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short while it is written
+    return out
+
+
+def plot_training(steps: list[tuple[int, float]], path: Path, title: str) -> Path:
+    """The loss curve as a PNG at ``path`` (matplotlib's object API: no global state)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.add_subplot()
+    ax.plot([s for s, _ in steps], [loss for _, loss in steps], lw=1.2)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (global batch)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
 
 
 @dataclass
@@ -114,6 +160,7 @@ class DemoRun:
     world: int
     jobs: dict[str, Job]
     outputs: dict[str, str]
+    skipped: dict[str, str] = field(default_factory=dict)  # job -> why it did not run
 
     @classmethod
     def start(cls, cluster: LocalCluster, out: Path, sizes: DemoSizes) -> DemoRun:
@@ -129,6 +176,7 @@ class DemoRun:
         run._go("video-pipeline", video_pipeline, str(out / "video"), s.frames, s.fps,
                 s.realtime, accelerators=f"any:{max(1, min(3, most))}",
                 outputs="video/motion.gif", topology={"required": "host"})  # fmt: skip
+        run._train(gang)  # then the training gang, checkpointable
         run._go("inference", inference, str(out / "inference"), s.requests,
                 outputs="inference/report.json")  # fmt: skip
         run._go("render-tiles", render_band, s.width, s.height, accelerators=gang)
@@ -149,6 +197,49 @@ class DemoRun:
         )
         if outputs:
             self.outputs[name] = outputs
+
+    def _train(self, gang: str) -> None:
+        """The training gang: the DDP script as a command on each rank, checkpointable."""
+        if importlib.util.find_spec("torch") is None:
+            self.skipped[TRAINING] = NO_TORCH
+            return
+        steps = self.sizes.train_steps
+        metrics = self.out / TRAINING / "metrics.json"
+        command = (f"{shlex.quote(sys.executable)} -m accelnet.workloads.ddp_digits "
+                   f"--steps {steps} --out {shlex.quote(str(metrics))}")  # fmt: skip
+        spec = JobSpec.model_validate({
+            "name": TRAINING, "resources": {"accelerators": gang}, "run": command,
+            "checkpointable": True, "max_retries": 1,
+            "workload": {"category": "training", "total_steps": steps},
+        })  # fmt: skip
+        self.jobs[TRAINING] = self.cluster.submit_spec(spec)
+        self.outputs[TRAINING] = f"{TRAINING}/loss.png"
+
+    def training_progress(self) -> list[tuple[int, float]]:
+        """(step, loss) of the training job so far, from its rank 0's log (empty before)."""
+        job = self.jobs.get(TRAINING)
+        if job is None:
+            return []
+        try:
+            return training_steps(job.logs(0))
+        except OSError:
+            return []
+
+    def training_metrics(self) -> dict[str, Any] | None:
+        """The training job's final metrics (None until it has written them)."""
+        try:
+            data = json.loads((self.out / TRAINING / "metrics.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def finish_training(self) -> Path | None:
+        """Plot the training job's loss curve (None if it has no steps)."""
+        steps = self.training_progress()
+        if not steps:
+            return None
+        title = f"DDP on {self.world} device{'s' if self.world > 1 else ''}: digits MLP"
+        return plot_training(steps, self.out / TRAINING / "loss.png", title)
 
     def finished(self) -> bool:
         """Every job is finished."""

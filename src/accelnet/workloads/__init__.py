@@ -13,6 +13,10 @@ global state or spawns processes; scheduling them is the caller's business.
   table aggregated per partition with polars, merged into ``result.parquet``.
 - :mod:`accelnet.workloads.video` -- ``detect_motion``: motion detection on a synthetic
   video stream, frame by frame, with per-frame latency and an annotated ``motion.gif``.
+- :mod:`accelnet.workloads.ddp_digits` -- the exception: a plain PyTorch DDP training
+  script (``python -m accelnet.workloads.ddp_digits``, or under ``torchrun``), run as a
+  command, one process per rank; it reads torchrun's variables and checkpoints to
+  ``$ACCELNET_CHECKPOINT_DIR`` (needs the ``torch`` extra). The demo's training job.
 
 The modules import numpy, scikit-learn, scipy, polars and Pillow themselves; importing
 this package imports none of them.
