@@ -108,8 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def emit(event: str, **fields: Any) -> None:
     """One JSON line, in one write: ranks sharing a pipe (torchrun's, which runs them
-    unbuffered) never interleave within a line."""
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    unbuffered) never interleave within a line. ``t``: when (Unix time, seconds)."""
+    sys.stdout.write(json.dumps({"event": event, **fields, "t": round(time.time(), 6)}) + "\n")
     sys.stdout.flush()
 
 
