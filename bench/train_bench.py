@@ -214,15 +214,30 @@ def _preempt_once(cluster: LocalCluster, world: int) -> dict[str, Any]:
     }
 
 
+def calibrate(devices: list[str], work: Path) -> Calibration:
+    """``accelnet bench comm --calibrate`` on ``devices`` (up to three tries: a fit on a
+    busy machine can fail); RuntimeError with its output if none succeeds."""
+    out = work / "calibration.json"
+    names = ",".join(d.split("/")[-1] for d in devices)
+    cmd = [str(Path(sys.executable).parent / "accelnet"), "bench", "comm", "--calibrate",
+           "--devices", names, "--sizes", "1K..1M", "--out", str(out)]  # fmt: skip
+    tail = ""
+    for _ in range(3):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode == 0:
+            return Calibration.from_json(json.loads(out.read_text()), str(out))
+        tail = (done.stdout + done.stderr)[-2000:]
+    raise RuntimeError(f"calibration failed three times: {tail}")
+
+
 def measure_prediction(
-    launch: dict[str, Any], fabric: Fabric, world: int, progress: Progress, work: Path
+    fabric: Fabric, world: int, progress: Progress, work: Path
 ) -> dict[str, Any]:
+    """The calibrated model's step time for the gang (before the launch runs, which give
+    the measured one: see :func:`predicted_against`)."""
     task = progress.add_task("prediction: calibrate, compute", total=2)
-    cal_file = work / "calibration.json"
-    names = ",".join(d.split("/")[-1] for d in launch["devices"])
-    subprocess.run([str(Path(sys.executable).parent / "accelnet"), "bench", "comm", "--calibrate",
-                    "--devices", names, "--sizes", "1K..1M", "--out", str(cal_file)],
-                   check=True, capture_output=True, timeout=900)  # fmt: skip
+    devices = list(fabric.devices)[:world]
+    cal = calibrate(devices, work)
     progress.advance(task)
     shard = one_process(400, GLOBAL_BATCH // world)
     compute_s = median_interval(step_times(shard))
@@ -231,24 +246,29 @@ def measure_prediction(
 
     model = build_model(0, 64, 10)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    cal = Calibration.from_json(json.loads(cal_file.read_text()), str(cal_file))
     cost = CostModel(calibration=cal)
-    comm = Communicator(fabric, launch["devices"])
+    comm = Communicator(fabric, devices)
     grads = cost.estimate(comm, "allreduce", grad_bytes)
     stats = cost.estimate(comm, "allreduce", STATS_BYTES)
-    predicted = compute_s + grads.time_s + stats.time_s
-    measured = statistics.median(launch["step_s"]["per-device"])
     return {
+        "devices": devices,
         "calibration": cal.to_json(),
         "hidden": HIDDEN,
         "gradient_bytes": grad_bytes,
         "compute_s": compute_s,
         "allreduce_gradients_s": grads.time_s,
         "allreduce_stats_s": stats.time_s,
-        "predicted_step_s": predicted,
-        "measured_step_s": measured,
-        "ratio": measured / predicted,
+        "predicted_step_s": compute_s + grads.time_s + stats.time_s,
     }
+
+
+def predicted_against(predict: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+    """The prediction beside the step time the per-device runs measured."""
+    measured = statistics.median(launch["step_s"]["per-device"])
+    if launch["devices"] and sorted(launch["devices"]) != sorted(predict["devices"]):
+        raise RuntimeError(f"the runs used {launch['devices']}, the model {predict['devices']}")
+    return {**predict, "measured_step_s": measured,
+            "ratio": measured / predict["predicted_step_s"]}  # fmt: skip
 
 
 def run(args: Any, console: Console) -> dict[str, Any]:
@@ -256,9 +276,10 @@ def run(args: Any, console: Console) -> dict[str, Any]:
     world = min(4, len(fabric.devices))
     with Progress(console=console, transient=True) as progress, \
             tempfile.TemporaryDirectory() as tmp:  # fmt: skip
+        predict = measure_prediction(fabric, world, progress, Path(tmp))
         launch = measure_launch(args, fabric, world, progress)
         preempt = measure_preemption(args, fabric, world, progress)
-        predict = measure_prediction(launch, fabric, world, progress, Path(tmp))
+        predict = predicted_against(predict, launch)
     return {"source": source_state(), "cpus": os.cpu_count(), "world": world,
             "fabric": fabric.name, "seconds": args.seconds, "repeats": args.repeats,
             "launch": launch, "preemption": preempt, "prediction": predict}  # fmt: skip
