@@ -19,7 +19,7 @@ from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord
 from accelnet.runtime.taskenv import host_launch_env, rendezvous_envs
 from accelnet.sched import Placement
-from accelnet.sched.spec import LaunchMode, stop_grace
+from accelnet.sched.spec import JobSpec, LaunchMode, stop_grace
 
 if TYPE_CHECKING:
     from accelnet.runtime.power_care import PowerHook
@@ -156,7 +156,7 @@ def _spec(
         devices=placement.devices,
         command=rec.spec.run if payload is None else None,
         payload=payload,
-        env=dict(rec.spec.env),
+        env=_env(rec.spec, rank),
         timeout_s=rec.spec.timeout_s,
         log_dir=str(log_dir),
         attempt=run.attempt,
@@ -169,6 +169,15 @@ def _spec(
         local_devices=local_devices,
         grace_s=stop_grace(rec.spec),
     )
+
+
+def _env(spec: JobSpec, rank: int) -> dict[str, str]:
+    """The job's own environment for rank ``rank``: its ``env``, and for rank 0 of a job that
+    serves on a ``port``, that port as ``ACCELNET_PORT`` and ``PORT`` (``env`` may override
+    ``PORT``)."""
+    if spec.port is None or rank != 0:
+        return dict(spec.env)
+    return {"ACCELNET_PORT": str(spec.port), "PORT": str(spec.port), **spec.env}
 
 
 def _accounting(

@@ -56,6 +56,7 @@ def device_env(device: Device, scratch: Path, emulated: bool) -> dict[str, str]:
     """What a device's worker process and every task on the device see."""
     return {
         "ACCELNET_DEVICE": device.id,
+        "ACCELNET_DEVICE_MODEL": device.model.name,
         "ACCELNET_EMULATED": "1" if emulated else "0",
         "ACCELNET_SCRATCH": str(scratch),
         "CUDA_VISIBLE_DEVICES": cuda_visible_devices(device, emulated),

@@ -392,6 +392,13 @@ class JobSpec(SpecModel):
         "timed out), to save a checkpoint; unset: 30 s for a checkpointable job, else the "
         "backend's (1 s)",
     )
+    port: StrictInt | None = Field(
+        None,
+        ge=1024,
+        le=65535,
+        description="a TCP port on 127.0.0.1 that rank 0 serves on: it gets it as ACCELNET_PORT "
+        "and PORT (a service's replicas: accelnet picks a free one for each)",
+    )
     fresh_worker: StrictBool = Field(
         False,
         description="replace the worker process after each of this job's tasks (as Ray's "

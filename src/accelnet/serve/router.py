@@ -1,0 +1,361 @@
+"""A service's router: one address, each request sent to one of the ready replicas.
+
+The choice is least outstanding requests, weighted by measured speed: a request goes to the
+ready replica with the least ``(in flight + 1) / weight``, where a replica's weight starts at
+its device model's relative speed (the catalog's figures, given by the caller) and then
+follows its own measured service time (an exponentially weighted mean), so an H100 replica
+takes more of the load than a T4 beside it. A request that could not reach its replica (the
+connection refused or dropped before a response: the replica died or is stopping) is sent
+to another one when that is safe: always if the connection was never made, else for
+idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE) and for requests that carry an
+``Idempotency-Key``. When every ready replica has ``max_inflight`` requests the router
+answers 429 with ``Retry-After`` (back-pressure, not a queue that grows without end); with
+no replica ready yet (a service scaled to zero, or starting) a request waits up to
+``queue_s`` in a bounded queue (``max_queued``), then 503. Responses are streamed through
+as they come (video frames, token streams).
+
+The router runs its own uvicorn server on 127.0.0.1 in a thread of its own
+(:meth:`Router.start`); its replica table is changed from other threads (:meth:`add`,
+:meth:`remove`) and its figures read from them (:meth:`stats`). Every request's latency (as
+the router saw it, to the last byte) and outcome go into a window the autoscaler reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                  "te", "trailers", "transfer-encoding", "upgrade", "host",
+                  "content-length"})  # fmt: skip
+_EWMA = 0.2  # weight of a new service time in a replica's mean
+_WINDOW_KEPT = 100_000  # request records kept at most
+
+
+@dataclass(slots=True, eq=False)
+class Replica:
+    """One ready replica as the router sees it."""
+
+    rid: str
+    url: str  # http://host:port
+    model: str
+    speed: float = 1.0  # relative speed of its device model (the initial weight)
+    inflight: int = 0
+    served: int = 0
+    failed: int = 0
+    mean_s: float | None = None  # measured mean service time
+    up: bool = True
+
+    @property
+    def weight(self) -> float:
+        """How much load it should take relative to the others."""
+        if self.mean_s is None or self.mean_s <= 0:
+            return self.speed
+        return 1.0 / self.mean_s
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One request as the router answered it."""
+
+    at: float  # when it ended (the router's clock)
+    latency_s: float
+    status: int  # 0: no response could be given (every try failed)
+    replica: str | None
+    retried: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """The router's figures over a window."""
+
+    window_s: float
+    requests: int
+    rate: float  # requests/s ended in the window
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    errors: int  # 5xx and requests no replica answered
+    rejected: int  # 429: every replica saturated
+    inflight: int
+    queued: int
+    mean_inflight: float  # Little's law: rate x mean latency (the load the window carried)
+    by_replica: dict[str, int] = field(default_factory=dict)  # requests served
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+class Router:
+    """See the module docstring. ``clock``: seconds (monotonic) for latencies and windows."""
+
+    def __init__(
+        self,
+        name: str,
+        max_inflight: int = 8,
+        retries: int = 2,
+        queue_s: float = 30.0,
+        max_queued: int = 256,
+        timeout_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_inflight < 1:
+            raise ValueError(f"max_inflight must be at least 1, got {max_inflight}")
+        self.name = name
+        self.max_inflight = max_inflight
+        self.retries = retries
+        self.queue_s = queue_s
+        self.max_queued = max_queued
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._replicas: dict[str, Replica] = {}
+        self._records: deque[Record] = deque(maxlen=_WINDOW_KEPT)
+        self._queued = 0
+        self._last: float | None = None
+        self._ready = asyncio.Event()  # set while some replica is ready (loop thread only)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._client: httpx.AsyncClient | None = None
+        self.url = ""
+        self.app = Starlette(routes=[Route("/{path:path}", self._handle,
+                                           methods=["GET", "HEAD", "POST", "PUT", "DELETE",
+                                                    "PATCH", "OPTIONS"])])  # fmt: skip
+
+    # ----- the replica table (any thread) ------------------------------------------------
+    def add(self, replica: Replica) -> None:
+        """Send requests to ``replica`` from now on."""
+        with self._lock:
+            self._replicas[replica.rid] = replica
+        self._wake()
+
+    def remove(self, rid: str) -> Replica | None:
+        """Send no new request to replica ``rid`` (those in flight finish)."""
+        with self._lock:
+            gone = self._replicas.pop(rid, None)
+        if gone is not None:
+            gone.up = False
+        return gone
+
+    def replicas(self) -> list[Replica]:
+        """The ready replicas."""
+        with self._lock:
+            return list(self._replicas.values())
+
+    def last_request_at(self) -> float | None:
+        """When the last request ended or arrived (None: never)."""
+        with self._lock:
+            return self._last
+
+    def stats(self, window_s: float = 10.0) -> Stats:
+        """Figures of the requests that ended in the last ``window_s`` seconds."""
+        now = self._clock()
+        with self._lock:
+            recs = [r for r in self._records if r.at >= now - window_s]
+            inflight = sum(r.inflight for r in self._replicas.values())
+            queued = self._queued
+        lat = sorted(r.latency_s * 1e3 for r in recs if r.status and r.status != 429)
+        by: dict[str, int] = {}
+        for r in recs:
+            if r.replica is not None:
+                by[r.replica] = by.get(r.replica, 0) + 1
+        served = [r for r in recs if r.status and r.status != 429]
+        return Stats(
+            window_s=window_s,
+            requests=len(recs),
+            rate=len(recs) / window_s,
+            p50_ms=_quantile(lat, 0.50) if lat else None,
+            p95_ms=_quantile(lat, 0.95) if lat else None,
+            p99_ms=_quantile(lat, 0.99) if lat else None,
+            errors=sum(1 for r in recs if r.status == 0 or r.status >= 500),
+            rejected=sum(1 for r in recs if r.status == 429),
+            inflight=inflight,
+            queued=queued,
+            mean_inflight=sum(r.latency_s for r in served) / window_s,
+            by_replica=by,
+        )
+
+    # ----- its server -------------------------------------------------------------------
+    def start(self, port: int = 0) -> str:
+        """Serve on 127.0.0.1:``port`` (0: a free one) in a thread; the router's URL."""
+        import uvicorn  # noqa: PLC0415 (only a running router needs it)
+
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning",
+                                lifespan="off", access_log=False)  # fmt: skip
+        self._server = uvicorn.Server(config)
+        started = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            self._ready = asyncio.Event()
+            self._client = httpx.AsyncClient(timeout=self.timeout_s,
+                                             limits=httpx.Limits(max_connections=1000))  # fmt: skip
+            if self.replicas():
+                self._ready.set()
+            loop.call_soon(started.set)
+            try:
+                loop.run_until_complete(self._server.serve())
+            finally:
+                loop.run_until_complete(self._client.aclose())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"router-{self.name}", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the router of {self.name} did not start")
+            time.sleep(0.01)
+        bound = self._server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{bound}"
+        return self.url
+
+    def close(self) -> None:
+        """Stop serving (requests in flight are cut); idempotent."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def _wake(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._sync_ready)
+
+    def _sync_ready(self) -> None:
+        if self.replicas():
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+    # ----- requests (the router's loop) --------------------------------------------------
+    def _pick(self, tried: set[str]) -> Replica | None:
+        with self._lock:
+            free = [r for r in self._replicas.values()
+                    if r.up and r.rid not in tried and r.inflight < self.max_inflight]  # fmt: skip
+            if not free:
+                return None
+            best = min(free, key=lambda r: ((r.inflight + 1) / r.weight, r.rid))
+            best.inflight += 1
+            return best
+
+    def _record(self, t0: float, status: int, replica: Replica | None, retried: int) -> None:
+        now = self._clock()
+        with self._lock:
+            rid = None if replica is None else replica.rid
+            self._records.append(Record(now, now - t0, status, rid, retried))
+
+    def _done(self, replica: Replica, t0: float, ok: bool) -> None:
+        with self._lock:
+            replica.inflight -= 1
+            if ok:
+                replica.served += 1
+                took = self._clock() - t0
+                replica.mean_s = took if replica.mean_s is None else (
+                    (1 - _EWMA) * replica.mean_s + _EWMA * took)  # fmt: skip
+            else:
+                replica.failed += 1
+
+    async def _wait_for_replica(self) -> bool:
+        """Wait (bounded) for a replica to be ready; False if the queue is full or the wait
+        ran out."""
+        with self._lock:
+            if self._queued >= self.max_queued:
+                return False
+            self._queued += 1
+        try:
+            await asyncio.wait_for(self._ready.wait(), self.queue_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                self._queued -= 1
+
+    async def _handle(self, request: Request) -> Response:
+        t0 = self._clock()
+        with self._lock:
+            self._last = t0
+        body = await request.body()
+        retry_ok = request.method in IDEMPOTENT or "idempotency-key" in request.headers
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+        path = "/" + request.path_params.get("path", "")
+        tried: set[str] = set()
+        retried = 0
+        while True:
+            replica = self._pick(tried)
+            if replica is None:
+                if self.replicas() and all(r.rid not in tried for r in self.replicas()):
+                    self._record(t0, 429, None, retried)  # all saturated: push back
+                    return PlainTextResponse(f"{self.name}: every replica is busy", 429,
+                                             headers={"Retry-After": "1"})  # fmt: skip
+                if not self.replicas() and not tried and await self._wait_for_replica():
+                    continue
+                self._record(t0, 0 if tried else 503, None, retried)
+                why = "no replica answered" if tried else "no replica is ready"
+                return PlainTextResponse(f"{self.name}: {why}", 502 if tried else 503)
+            assert self._client is not None
+            req = self._client.build_request(request.method, replica.url + path,
+                                             params=request.query_params, headers=headers,
+                                             content=body)  # fmt: skip
+            try:
+                resp = await self._client.send(req, stream=True)
+            except httpx.ConnectError:
+                self._done(replica, t0, ok=False)  # never reached it: safe to send elsewhere
+                replica.up = False  # until it answers its readiness check again
+                tried.add(replica.rid)
+                retried += 1
+                if retried > self.retries:
+                    self._record(t0, 0, replica, retried)
+                    return PlainTextResponse(f"{self.name}: no replica answered", 502)
+                continue
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+                    httpx.TimeoutException) as exc:  # fmt: skip
+                self._done(replica, t0, ok=False)
+                tried.add(replica.rid)
+                retried += 1
+                if retry_ok and retried <= self.retries:
+                    continue
+                self._record(t0, 0, replica, retried)
+                return PlainTextResponse(f"{self.name}: replica {replica.rid} failed: "
+                                         f"{type(exc).__name__}", 502)  # fmt: skip
+            out_headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP}
+            out_headers["x-accelnet-replica"] = replica.rid
+            return StreamingResponse(self._relay(resp, replica, t0, retried),
+                                     status_code=resp.status_code,
+                                     headers=out_headers)  # fmt: skip
+
+    async def _relay(
+        self, resp: httpx.Response, replica: Replica, t0: float, retried: int
+    ) -> AsyncIterator[bytes]:
+        ok = False
+        try:
+            async for chunk in resp.aiter_raw():
+                yield chunk
+            ok = True
+        finally:
+            await resp.aclose()
+            self._done(replica, t0, ok=ok and resp.status_code < 500)
+            self._record(t0, resp.status_code if ok else 0, replica, retried)

@@ -1,0 +1,283 @@
+"""A running service: its replicas as jobs of a cluster, its router, its autoscaler.
+
+:class:`Service` keeps the service's replicas between ``replicas.min`` and ``replicas.max``
+as the :class:`~accelnet.serve.autoscale.Autoscaler` asks, on a thread of its own that
+ticks every ``tick_s``:
+
+1. Each replica is a job (``<service>.<n>``, :meth:`ServiceSpec.replica`) serving on a port
+   the service picked free on 127.0.0.1. Once its job runs and ``GET readiness.path``
+   answers 2xx, the router sends it requests; one that is not ready within
+   ``readiness.timeout_s`` is cancelled. A replica whose job ended (its process died, its
+   device failed) leaves the router; the autoscaler's floor brings a new one. One the
+   router could not reach is taken out until it answers its readiness check again.
+2. A new replica's device model is :func:`~accelnet.serve.autoscale.pick_model`'s choice
+   among the models with a free device; one to remove is the slowest (not ready ones
+   first), taken out of the router first and cancelled once its requests in flight are
+   done (or after ``drain_s``): no request is cut.
+3. ``events`` lists what it did, with times (``scale`` to N, a replica ``ready``, ``gone``).
+
+The local backend only for now: replicas serve on this machine (127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from accelnet.devices import DeviceState
+from accelnet.fabric.model import Precision
+from accelnet.runtime.handoff import free_port
+from accelnet.sched import JobState
+from accelnet.serve.autoscale import Autoscaler, ModelFigures, Observation, pick_model
+from accelnet.serve.router import Replica, Router, Stats
+from accelnet.serve.spec import ServiceSpec
+
+if TYPE_CHECKING:
+    from accelnet.runtime.sdk import Job, LocalCluster
+
+_PROBE_S = 1.0  # a readiness check's timeout
+
+
+@dataclass(slots=True, eq=False)
+class _Rep:
+    rid: str
+    index: int
+    job: Job
+    model: str | None
+    port: int
+    asked_at: float
+    ready: bool = False
+    stopping_since: float | None = None
+    router_view: Replica | None = None
+
+
+class Service:
+    """See the module docstring. Use as a context manager, or :meth:`start` and
+    :meth:`close`."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        spec: ServiceSpec,
+        tick_s: float = 0.2,
+        drain_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.spec = spec
+        self.tick_s = tick_s
+        self.drain_s = drain_s
+        self._clock = clock
+        self.router = Router(spec.name, max_inflight=spec.max_inflight, clock=clock)
+        self.autoscaler = Autoscaler(spec)
+        self.events: list[tuple[float, str, str]] = []  # (time, what, detail)
+        self._reps: dict[str, _Rep] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._probe = httpx.Client(timeout=_PROBE_S)
+        self._figures = self._model_figures()
+        self.url = ""
+
+    # ----- life ---------------------------------------------------------------------------
+    def start(self) -> str:
+        """Start the router and the first replicas; the service's URL."""
+        self.url = self.router.start()
+        self._scale_to(self.spec.replicas.min)
+        self._thread = threading.Thread(target=self._loop, name=f"service-{self.spec.name}",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+        return self.url
+
+    def close(self) -> None:
+        """Stop the replicas and the router; idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+        with self._lock:
+            reps = list(self._reps.values())
+            self._reps.clear()
+        for rep in reps:
+            self.router.remove(rep.rid)
+            with contextlib.suppress(Exception):
+                rep.job.cancel()
+        self.router.close()
+        self._probe.close()
+
+    def __enter__(self) -> Service:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- what it looks like -------------------------------------------------------------
+    def replicas(self) -> dict[str, dict[str, object]]:
+        """Each replica: its job, model, port, whether it takes requests."""
+        with self._lock:
+            return {r.rid: {"job": r.job.id, "model": r.model, "port": r.port,
+                            "ready": r.ready, "stopping": r.stopping_since is not None}
+                    for r in self._reps.values()}  # fmt: skip
+
+    def ready_count(self) -> int:
+        """Replicas taking requests."""
+        return len(self.router.replicas())
+
+    def stats(self, window_s: float | None = None) -> Stats:
+        """The router's figures over ``window_s`` (default: the scaling window)."""
+        return self.router.stats(window_s or self.spec.scaling.window_s)
+
+    # ----- the loop -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.tick()
+            except Exception as exc:
+                self._note("error", f"{type(exc).__name__}: {exc}")
+
+    def tick(self) -> None:
+        """One round: reconcile the replicas with their jobs, then scale."""
+        now = self._clock()
+        with self._lock:
+            reps = list(self._reps.values())
+        for rep in reps:
+            self._reconcile(rep, now)
+        with self._lock:
+            live = [r for r in self._reps.values() if r.stopping_since is None]
+        st = self.router.stats(self.spec.scaling.window_s)
+        last = self.router.last_request_at()
+        obs = Observation(now=now, replicas=len(live), ready=sum(r.ready for r in live),
+                          mean_inflight=st.mean_inflight, inflight=st.inflight,
+                          queued=st.queued, p95_ms=st.p95_ms, last_request_at=last)  # fmt: skip
+        target = self.autoscaler.target(obs)
+        if target != len(live):
+            self._scale_to(target)
+
+    def _reconcile(self, rep: _Rep, now: float) -> None:
+        state = rep.job.state
+        if state.is_finished():
+            self.router.remove(rep.rid)
+            with self._lock:
+                self._reps.pop(rep.rid, None)
+            how = "stopped" if rep.stopping_since is not None else f"ended {state.value}"
+            self._note("gone", f"{rep.rid} {how}")
+            return
+        if rep.stopping_since is not None:
+            view = rep.router_view
+            drained = view is None or view.inflight <= 0
+            if drained or now - rep.stopping_since >= self.drain_s:
+                with contextlib.suppress(Exception):
+                    rep.job.cancel()
+            return
+        if state is not JobState.RUNNING:
+            return
+        view = rep.router_view
+        if rep.ready and view is not None and view.up:
+            return
+        if self._answers(rep):
+            if not rep.ready:
+                rep.ready = True
+                model = rep.model or "?"
+                speed = self._figures[model].speed if model in self._figures else 1.0
+                rep.router_view = Replica(rep.rid, f"http://127.0.0.1:{rep.port}", model, speed)
+                self._note("ready", f"{rep.rid} on {model}")
+            assert rep.router_view is not None
+            rep.router_view.up = True
+            self.router.add(rep.router_view)
+        elif not rep.ready and now - rep.asked_at > self.spec.readiness.timeout_s:
+            self._note("gone", f"{rep.rid} not ready within {self.spec.readiness.timeout_s:g} s")
+            rep.stopping_since = now
+            with contextlib.suppress(Exception):
+                rep.job.cancel()
+
+    def _answers(self, rep: _Rep) -> bool:
+        url = f"http://127.0.0.1:{rep.port}{self.spec.readiness.path}"
+        try:
+            return self._probe.get(url).is_success
+        except httpx.HTTPError:
+            return False
+
+    # ----- scaling ------------------------------------------------------------------------
+    def _scale_to(self, target: int) -> None:
+        with self._lock:
+            live = [r for r in self._reps.values() if r.stopping_since is None]
+        if target > len(live):
+            for _ in range(target - len(live)):
+                self._add_replica()
+        elif target < len(live):
+            for rep in self._surplus(live)[: len(live) - target]:
+                rep.stopping_since = self._clock()
+                self.router.remove(rep.rid)
+        self._note("scale", str(target))
+
+    def _surplus(self, live: list[_Rep]) -> list[_Rep]:
+        """Which replicas go first: not ready ones, then the slowest, the newest first."""
+
+        def key(r: _Rep) -> tuple[bool, float, int]:
+            fig = self._figures.get(r.model or "")
+            return (r.ready, fig.speed if fig else 0.0, -r.index)
+
+        return sorted(live, key=key)
+
+    def _add_replica(self) -> None:
+        port = free_port()
+        if port is None:
+            self._note("error", "no free port on 127.0.0.1 for a replica")
+            return
+        model = pick_model(self.spec, self._free_by_model(), self._measured_figures())
+        index = self._next
+        self._next += 1
+        job = self.cluster.submit_spec(self.spec.replica(index, model, port))
+        rep = _Rep(f"{self.spec.name}.{index}", index, job, model, port, self._clock())
+        with self._lock:
+            self._reps[rep.rid] = rep
+        self._note("asked", f"{rep.rid} on {model or 'any'} (port {port})")
+
+    def _free_by_model(self) -> dict[str, int]:
+        c = self.cluster
+        with c._lock:
+            states = c.controller.device_states()
+        free: dict[str, int] = {}
+        for dev_id, state in states.items():
+            if state is DeviceState.READY:
+                name = c.fabric.devices[dev_id].model.name
+                free[name] = free.get(name, 0) + 1
+        with self._lock:  # replicas asked for and not placed yet take devices too
+            for r in self._reps.values():
+                if r.model is not None and r.job.state in (JobState.PENDING, JobState.ADMITTED):
+                    free[r.model] = free.get(r.model, 0) - self.spec.resources.accelerators.count
+        return free
+
+    def _model_figures(self) -> dict[str, ModelFigures]:
+        out: dict[str, ModelFigures] = {}
+        for dev in self.cluster.fabric.devices.values():
+            m = dev.model
+            if m.name not in out:
+                speed = m.tflops(Precision.FP16) or m.tflops(Precision.FP32) or 1.0
+                out[m.name] = ModelFigures(m.name, speed, m.max_w)
+        return out
+
+    def _measured_figures(self) -> dict[str, ModelFigures]:
+        """The catalog's figures with this service's measured service time per model."""
+        times: dict[str, list[float]] = {}
+        for r in self.router.replicas():
+            if r.mean_s is not None:
+                times.setdefault(r.model, []).append(r.mean_s)
+        out = dict(self._figures)
+        for model, ts in times.items():
+            if model in out:
+                f = out[model]
+                out[model] = ModelFigures(f.name, f.speed, f.power_w, sum(ts) / len(ts))
+        return out
+
+    def _note(self, what: str, detail: str) -> None:
+        with self._lock:
+            self.events.append((self._clock(), what, detail))

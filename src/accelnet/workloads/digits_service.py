@@ -1,0 +1,104 @@
+"""The digits classifier as an HTTP service: ``python -m accelnet.workloads.digits_service``.
+
+Serves on 127.0.0.1:``$PORT`` (accelnet gives a service's replicas ``ACCELNET_PORT`` and
+``PORT``; ``--port`` overrides): ``GET /healthz`` (ready once the model is trained),
+``POST /predict`` with ``{"pixels": [64 numbers 0..16]}`` or ``GET /predict?index=k`` (the
+k-th held-out digit) answers ``{"digit": d, "device": ..., "model": ...}``, ``GET /pid``.
+The model is scikit-learn's logistic regression on its bundled 8x8 digits (trained at start,
+well under a second). On an emulated device (``ACCELNET_EMULATED=1``) each request also
+holds the device for ``--base-ms`` scaled by the device model's speed (the catalog's FP16
+peak against 100 TFLOP/s), one request at a time, as a real accelerator would serialise
+them: an emulated H100 answers faster than an L4, a T4 slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from typing import Any
+
+REFERENCE_TFLOPS = 100.0
+
+
+def service_seconds(base_ms: float, model_name: str | None) -> float:
+    """Seconds one request holds an emulated device of ``model_name``."""
+    from accelnet.fabric.catalog import find_device_model  # noqa: PLC0415
+    from accelnet.fabric.model import Precision  # noqa: PLC0415
+
+    m = find_device_model(model_name) if model_name else None
+    if m is None:
+        return base_ms / 1e3
+    tflops = m.tflops(Precision.FP16) or m.tflops(Precision.FP32) or REFERENCE_TFLOPS
+    return base_ms / 1e3 * REFERENCE_TFLOPS / tflops
+
+
+def make_app(base_ms: float) -> Any:
+    """The Starlette app (trains the model first)."""
+    import numpy as np  # noqa: PLC0415
+    from sklearn.datasets import load_digits  # noqa: PLC0415
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415
+    from sklearn.model_selection import train_test_split  # noqa: PLC0415
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.requests import Request  # noqa: PLC0415
+    from starlette.responses import JSONResponse, PlainTextResponse  # noqa: PLC0415
+    from starlette.routing import Route  # noqa: PLC0415
+
+    x, y = load_digits(return_X_y=True)
+    x_train, x_test, y_train, _ = train_test_split(x, y, test_size=0.25, random_state=0,
+                                                   stratify=y)  # fmt: skip
+    clf = LogisticRegression(max_iter=300).fit(x_train, y_train)
+    device = os.environ.get("ACCELNET_DEVICE", "cpu")
+    model_name = os.environ.get("ACCELNET_DEVICE_MODEL")
+    emulated = os.environ.get("ACCELNET_EMULATED") == "1"
+    hold = service_seconds(base_ms, model_name) if emulated else 0.0
+    busy = asyncio.Lock()
+
+    async def healthz(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    async def pid(request: Request) -> JSONResponse:
+        return JSONResponse({"pid": os.getpid()})
+
+    async def predict(request: Request) -> JSONResponse:
+        if request.method == "POST":
+            body = await request.json()
+            pixels = body.get("pixels") if isinstance(body, dict) else None
+            if not isinstance(pixels, list) or len(pixels) != 64:
+                return JSONResponse({"error": "pixels: a list of 64 numbers"}, 422)
+            sample = np.asarray(pixels, dtype=float).reshape(1, -1)
+        else:
+            try:
+                k = int(request.query_params.get("index", "0")) % len(x_test)
+            except ValueError:
+                return JSONResponse({"error": "index: a whole number"}, 422)
+            sample = x_test[k : k + 1]
+        async with busy:  # one request at a time on the device
+            digit = int(clf.predict(sample)[0])
+            if hold:
+                await asyncio.sleep(hold)
+        return JSONResponse({"digit": digit, "device": device, "model": model_name})
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/pid", pid),
+                             Route("/predict", predict, methods=["GET", "POST"])])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until stopped."""
+    import uvicorn  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    p.add_argument(
+        "--base-ms",
+        type=float,
+        default=20.0,
+        help="ms per request on a 100 TFLOP/s device, when emulated (default 20)",
+    )
+    args = p.parse_args(argv)
+    uvicorn.run(make_app(args.base_ms), host="127.0.0.1", port=args.port, log_level="warning",
+                access_log=False)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

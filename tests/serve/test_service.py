@@ -1,0 +1,106 @@
+"""A service end to end on emulated ``mixed-lab``: real replica processes (the digits
+classifier over HTTP) behind the router, a bounded load ramp from clients on 127.0.0.1, the
+replicas growing with it, one of them SIGKILLed mid-ramp with no request failing, and the
+service shrinking back once the load stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from accelnet.runtime.sdk import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+GOAL_MS = 1000.0  # generous: a loaded 2-core machine must meet it too
+SPEC: dict[str, Any] = {
+    "name": "digits",
+    "run": f"{sys.executable} -m accelnet.workloads.digits_service --base-ms 20",
+    "resources": {"accelerators": {"any_of": ["H100-SXM", "L4", "T4"], "count": 1}},
+    "replicas": {"min": 1, "max": 3},
+    "goal": {"p95_ms": GOAL_MS, "target_inflight": 1},
+    "scaling": {"up_s": 0.3, "down_s": 1.0, "window_s": 2.0},
+}
+
+
+def wait_for(check: Callable[[], bool], what: str, limit: float = 90.0) -> None:
+    end = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+class Load:
+    """``clients`` threads, each sending ``budget`` requests one after another (a 429 is
+    retried after its Retry-After, as a well-behaved client does)."""
+
+    def __init__(self, url: str, clients: int, budget: int) -> None:
+        self.url, self.budget = url, budget
+        self.codes: list[int] = []
+        self.latencies: list[tuple[float, float]] = []  # (ended at, seconds)
+        self.threads = [threading.Thread(target=self._client, args=(i,)) for i in range(clients)]
+
+    def _client(self, i: int) -> None:
+        with httpx.Client(timeout=60) as h:
+            for k in range(self.budget):
+                key = uuid.uuid4().hex
+                for _ in range(50):
+                    t0 = time.monotonic()
+                    r = h.get(f"{self.url}/predict", params={"index": i * 1000 + k},
+                              headers={"Idempotency-Key": key})  # fmt: skip
+                    if r.status_code != 429:
+                        break
+                    time.sleep(float(r.headers.get("retry-after", "1")))
+                self.codes.append(r.status_code)
+                self.latencies.append((time.monotonic(), time.monotonic() - t0))
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(300)
+
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self.threads)
+
+
+def test_a_service_grows_with_its_load_survives_a_replica_kill_and_shrinks(tmp_path: Path) -> None:
+    with LocalCluster("mixed-lab", workdir=tmp_path / "work") as cluster, \
+            cluster.serve(SPEC) as svc:  # fmt: skip
+        wait_for(lambda: svc.ready_count() == 1, "the first replica")
+        (first,) = svc.router.replicas()
+        assert first.model == "L4"  # least power per unit of speed before any measurement
+        load = Load(svc.url, clients=6, budget=80)
+        load.start()
+        wait_for(lambda: svc.ready_count() >= 2, "a replica added for the load")
+        # SIGKILL a ready replica's server mid-ramp: its requests go elsewhere
+        victim = svc.router.replicas()[-1]
+        pid = httpx.get(f"{victim.url}/pid", timeout=10).json()["pid"]
+        os.kill(pid, signal.SIGKILL)
+        load.join()
+        assert not load.running()
+        peak = max(int(e[2]) for e in svc.events if e[1] == "scale")
+        gone = [e[2] for e in svc.events if e[1] == "gone"]
+        wait_for(lambda: len(svc.replicas()) == 1, "the service to shrink once idle", 60)
+        reps = svc.replicas()
+        assert svc.ready_count() == 1
+    assert load.codes.count(200) == len(load.codes) == 6 * 80, sorted(set(load.codes))
+    assert peak == 3  # six clients, one in flight each wanted: as many as allowed
+    assert any(victim.rid in g and "ended" in g for g in gone), gone
+    # after the scale-up the goal held: the last half of the ramp's p95
+    ended = sorted(load.latencies)
+    late = sorted(s for _, s in ended[len(ended) // 2 :])
+    assert late[int(0.95 * (len(late) - 1))] * 1e3 <= GOAL_MS
+    assert [r["ready"] for r in reps.values()] == [True]  # the others' jobs have ended
