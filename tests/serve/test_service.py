@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from accelnet.runtime.sdk import LocalCluster
+from accelnet.serve.spec import ServiceSpec
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,7 @@ class Load:
     def __init__(self, url: str, clients: int, budget: int) -> None:
         self.url, self.budget = url, budget
         self.codes: list[int] = []
+        self.versions: list[tuple[float, str]] = []
         self.latencies: list[tuple[float, float]] = []  # (ended at, seconds)
         self.threads = [threading.Thread(target=self._client, args=(i,)) for i in range(clients)]
 
@@ -62,6 +64,8 @@ class Load:
                         break
                     time.sleep(float(r.headers.get("retry-after", "1")))
                 self.codes.append(r.status_code)
+                if r.status_code == 200:
+                    self.versions.append((time.monotonic(), r.json()["version"]))
                 self.latencies.append((time.monotonic(), time.monotonic() - t0))
 
     def start(self) -> None:
@@ -104,3 +108,26 @@ def test_a_service_grows_with_its_load_survives_a_replica_kill_and_shrinks(tmp_p
     late = sorted(s for _, s in ended[len(ended) // 2 :])
     assert late[int(0.95 * (len(late) - 1))] * 1e3 <= GOAL_MS
     assert [r["ready"] for r in reps.values()] == [True]  # the others' jobs have ended
+
+
+def test_a_rolling_update_under_load_fails_no_request(tmp_path: Path) -> None:
+    two = {**SPEC, "replicas": {"min": 2, "max": 2}}
+    with LocalCluster("pcie-4xL4", workdir=tmp_path / "work") as cluster, \
+            cluster.serve(two) as svc:  # fmt: skip
+        wait_for(lambda: svc.ready_count() == 2, "two replicas")
+        load = Load(svc.url, clients=4, budget=400)
+        load.start()
+        wait_for(lambda: len(load.codes) >= 40, "the load to get going")
+        v2 = ServiceSpec.model_validate({**two, "env": {"SERVICE_VERSION": "2"}})
+        assert svc.update(v2) == 2
+        wait_for(lambda: not svc.updating(), "the update to finish")
+        done_at = time.monotonic()
+        wait_for(lambda: svc.ready_count() == 2, "two replicas of the new version")
+        load.join()
+        reps = svc.replicas()
+        retired = [e[2] for e in svc.events if e[1] == "retire"]
+    assert load.codes.count(200) == len(load.codes) == 4 * 400, sorted(set(load.codes))
+    assert len(retired) == 2  # both old replicas, one at a time
+    assert {v for t, v in load.versions if t > done_at + 1.0} == {"2"}
+    assert {v for _, v in load.versions} == {"1", "2"}
+    assert len(reps) == 2 and all(r["ready"] for r in reps.values())

@@ -52,6 +52,7 @@ class _Rep:
     model: str | None
     port: int
     asked_at: float
+    version: int = 1
     ready: bool = False
     stopping_since: float | None = None
     router_view: Replica | None = None
@@ -79,6 +80,8 @@ class Service:
         self.events: list[tuple[float, str, str]] = []  # (time, what, detail)
         self._reps: dict[str, _Rep] = {}
         self._next = 0
+        self.version = 1  # of the spec new replicas are made from (see update)
+        self._roll_size = 0  # replicas the service had when its update began
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -135,6 +138,32 @@ class Service:
         """The router's figures over ``window_s`` (default: the scaling window)."""
         return self.router.stats(window_s or self.spec.scaling.window_s)
 
+    def update(self, spec: ServiceSpec) -> int:
+        """Roll the service onto ``spec`` (a new command, env, device models, goal...; the
+        same name): one new replica at a time is started, and once it is ready the oldest
+        replica of the old version leaves the router and is cancelled when its requests are
+        done, so the service never has fewer ready replicas than before and no request is
+        cut. Scaling waits while the update runs. The new version's number;
+        :meth:`updating` says whether it is still rolling. ValueError for another name."""
+        if spec.name != self.spec.name:
+            raise ValueError(f"update of {self.spec.name!r} to a spec named {spec.name!r}")
+        with self._lock:
+            self.spec = spec
+            self.autoscaler = Autoscaler(spec)
+            self.router.max_inflight = spec.max_inflight
+            self.version += 1
+            version = self.version
+            live = [r for r in self._reps.values() if r.stopping_since is None]
+            self._roll_size = max(len(live), spec.replicas.min, 1)
+        self._note("update", f"to version {version}")
+        return version
+
+    def updating(self) -> bool:
+        """Whether replicas of an older version are still serving."""
+        with self._lock:
+            return any(r.version != self.version and r.stopping_since is None
+                       for r in self._reps.values())  # fmt: skip
+
     # ----- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.wait(self.tick_s):
@@ -150,6 +179,9 @@ class Service:
             reps = list(self._reps.values())
         for rep in reps:
             self._reconcile(rep, now)
+        if self.updating():
+            self._roll()
+            return
         with self._lock:
             live = [r for r in self._reps.values() if r.stopping_since is None]
         st = self.router.stats(self.spec.scaling.window_s)
@@ -218,6 +250,28 @@ class Service:
                 self.router.remove(rep.rid)
         self._note("scale", str(target))
 
+    def _roll(self) -> None:
+        """One step of an update (one replica of surge, none unavailable): old replicas not
+        ready yet go at once; a new replica is started while every new one is ready and the
+        new version has fewer than the service had; an old one goes whenever more are ready
+        than the service had."""
+        with self._lock:
+            live = [r for r in self._reps.values() if r.stopping_since is None]
+            keep = self._roll_size
+        old = sorted((r for r in live if r.version != self.version),
+                     key=lambda r: (r.ready, r.index))  # fmt: skip
+        new = [r for r in live if r.version == self.version]
+        ready = sum(r.ready for r in live)
+        for rep in old:
+            if not rep.ready or ready > keep:
+                rep.stopping_since = self._clock()
+                self.router.remove(rep.rid)
+                ready -= rep.ready
+                self._note("retire", f"{rep.rid} (version {rep.version})")
+        still_old = any(r.stopping_since is None for r in old)
+        if still_old and len(new) < keep and all(r.ready for r in new):
+            self._add_replica()
+
     def _surplus(self, live: list[_Rep]) -> list[_Rep]:
         """Which replicas go first: not ready ones, then the slowest, the newest first."""
 
@@ -236,7 +290,15 @@ class Service:
         index = self._next
         self._next += 1
         job = self.cluster.submit_spec(self.spec.replica(index, model, port))
-        rep = _Rep(f"{self.spec.name}.{index}", index, job, model, port, self._clock())
+        rep = _Rep(
+            f"{self.spec.name}.{index}",
+            index,
+            job,
+            model,
+            port,
+            self._clock(),
+            version=self.version,
+        )
         with self._lock:
             self._reps[rep.rid] = rep
         self._note("asked", f"{rep.rid} on {model or 'any'} (port {port})")

@@ -3,7 +3,8 @@
 Serves on 127.0.0.1:``$PORT`` (accelnet gives a service's replicas ``ACCELNET_PORT`` and
 ``PORT``; ``--port`` overrides): ``GET /healthz`` (ready once the model is trained),
 ``POST /predict`` with ``{"pixels": [64 numbers 0..16]}`` or ``GET /predict?index=k`` (the
-k-th held-out digit) answers ``{"digit": d, "device": ..., "model": ...}``, ``GET /pid``.
+k-th held-out digit) answers ``{"digit": d, "device", "model", "version"}`` (``version``:
+``$SERVICE_VERSION``, default 1), ``GET /pid``.
 The model is scikit-learn's logistic regression on its bundled 8x8 digits (trained at start,
 well under a second). On an emulated device (``ACCELNET_EMULATED=1``) each request also
 holds the device for ``--base-ms`` scaled by the device model's speed (the catalog's FP16
@@ -51,6 +52,7 @@ def make_app(base_ms: float) -> Any:
     device = os.environ.get("ACCELNET_DEVICE", "cpu")
     model_name = os.environ.get("ACCELNET_DEVICE_MODEL")
     emulated = os.environ.get("ACCELNET_EMULATED") == "1"
+    version = os.environ.get("SERVICE_VERSION", "1")
     hold = service_seconds(base_ms, model_name) if emulated else 0.0
     busy = asyncio.Lock()
 
@@ -77,7 +79,8 @@ def make_app(base_ms: float) -> Any:
             digit = int(clf.predict(sample)[0])
             if hold:
                 await asyncio.sleep(hold)
-        return JSONResponse({"digit": digit, "device": device, "model": model_name})
+        return JSONResponse({"digit": digit, "device": device, "model": model_name,
+                             "version": version})  # fmt: skip
 
     return Starlette(routes=[Route("/healthz", healthz), Route("/pid", pid),
                              Route("/predict", predict, methods=["GET", "POST"])])  # fmt: skip
