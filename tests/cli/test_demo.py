@@ -38,6 +38,12 @@ def test_demo_runs_all_five_workloads_and_breaks_down_the_video_latency(tmp_path
     assert train["metrics"]["world"] == len(jobs["training"]["devices"])
     assert train["last_loss"] < train["first_loss"] / 5  # it learned
     assert data["skipped"] == {}
+    # the inference service: a load ramp makes it ask for a second replica, no request
+    # fails, and it is back to one once the load has stopped
+    service = data["service"]
+    assert service["requests"] > 0 and service["failed"] == 0
+    assert "scale 2" in service["events"] and service["replicas_now"] == 1
+    assert service["p95_ms"] is not None
     for rel in ("training/loss.png", "training/metrics.json", "inference/report.json",
                 "render/render.png", "data/summary.json", "video/motion.gif", "video/strip.png",
                 "video/latency.json", "video/latency.png"):  # fmt: skip

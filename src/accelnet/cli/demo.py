@@ -27,7 +27,7 @@ from rich.text import Text
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
-from accelnet.runtime.demo import TRAINING, DemoRun, DemoSizes
+from accelnet.runtime.demo import TRAINING, DemoRun, DemoSizes, ServiceDemo
 from accelnet.runtime.energy_book import energy_from_json
 from accelnet.runtime.pipeline import find_report
 from accelnet.runtime.ray_connect import RayOptions
@@ -150,6 +150,49 @@ def _breakdown_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def _service_row(now: dict[str, Any]) -> Table:
+    table = Table(title="inference service: digits classifier behind accelnet's router")
+    for col in ("phase", "replicas", "devices", "requests/s", "p50", "p95", "requests", "failed"):
+        table.add_column(col, justify="left" if col in ("phase", "devices") else "right")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f} ms"
+
+    models = ", ".join(f"{n} x {m}" for m, n in sorted(now["models"].items())) or "-"
+    table.add_row(now["phase"], str(now["replicas"]), models, f"{now['rate']:.0f}",
+                  ms(now["p50_ms"]), ms(now["p95_ms"]), str(now["requests"]),
+                  Text(str(now["failed"]), "red" if now["failed"] else ""))  # fmt: skip
+    return table
+
+
+def _service_phase(
+    cluster: LocalCluster, console: Console, ramp_s: float, start: float, timeout: float
+) -> dict[str, Any]:
+    """The inference service: a load ramp, the replicas growing with it and shrinking
+    after, shown live; its summary."""
+    demo = ServiceDemo.start(cluster, ramp_s)
+    try:
+        with Live(_service_row(demo.tick()), console=console, refresh_per_second=4) as live:
+            while not demo.ready():
+                if time.monotonic() - start > timeout:
+                    fail(f"the demo did not finish within {timeout:g} s", 1)
+                time.sleep(0.1)
+                live.update(_service_row(demo.tick()))
+            demo.ramp()
+            idle_since: float | None = None
+            while True:
+                now = demo.tick()
+                live.update(_service_row(now))
+                if now["phase"] == "idle":
+                    idle_since = idle_since or time.monotonic()
+                    if now["replicas"] <= 1 or time.monotonic() - idle_since > 15:
+                        break
+                time.sleep(0.25)
+        return demo.summary()
+    finally:
+        demo.close()
+
+
 def _training_json(run: DemoRun, plot: Path | None) -> dict[str, Any] | None:
     if TRAINING not in run.jobs:
         return None
@@ -216,7 +259,12 @@ def _demo(
             live.update(_table(run, emulated, title))
         records = {name: job.record for name, job in run.jobs.items()}
         loss_plot = run.finish_training()
-    ok = all(r.state.value == "succeeded" for r in records.values())
+        service: dict[str, Any] = {"failed": 0}
+        if ray is None:  # a service's router reaches replicas on this machine only, so far
+            service = _service_phase(cluster, console, 8.0 if quick else 12.0, start, timeout)
+        else:
+            run.skipped["inference-service"] = "services run on the local backend only, so far"
+    ok = all(r.state.value == "succeeded" for r in records.values()) and not service["failed"]
     report = find_report(records["video-pipeline"].result)
     if report is not None:
         console.print()
@@ -254,6 +302,7 @@ def _demo(
             },
             "pipeline": shown,
             "training": _training_json(run, loss_plot),
+            "service": service,
             "skipped": run.skipped,
         }
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -23,9 +23,13 @@ import json
 import os
 import shlex
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from accelnet.runtime.sdk import Job, LocalCluster
 from accelnet.sched import JobSpec
@@ -244,3 +248,82 @@ class DemoRun:
     def finished(self) -> bool:
         """Every job is finished."""
         return all(j.state.is_finished() for j in self.jobs.values())
+
+
+@dataclass
+class ServiceDemo:
+    """The demo's inference service: the digits classifier behind a router, a short load
+    ramp from ``clients`` threads, then idle: the replicas grow with the load and shrink
+    after it (``accelnet.serve``)."""
+
+    service: Any
+    clients: int
+    ramp_s: float
+    codes: list[int] = field(default_factory=list)
+    peak: int = 0
+    phase: str = "starting"
+    _threads: list[Any] = field(default_factory=list)
+    _stop_at: float = 0.0
+
+    @classmethod
+    def start(cls, cluster: LocalCluster, ramp_s: float, clients: int = 4) -> ServiceDemo:
+        """Start the service (at most 3 replicas, as many as the fabric has devices)."""
+        most = max(1, min(3, len(cluster.fabric.devices)))
+        spec = {
+            "name": "digits-service",
+            "run": f"{shlex.quote(sys.executable)} -m accelnet.workloads.digits_service",
+            "resources": {"accelerators": "any:1"},
+            "replicas": {"min": 1, "max": most},
+            "goal": {"p95_ms": 250, "target_inflight": 1},
+            "scaling": {"up_s": 0.5, "down_s": 1.5, "window_s": 2.0},
+        }
+        return cls(cluster.serve(spec), clients, ramp_s)
+
+    def ready(self) -> bool:
+        """Whether the first replica answers."""
+        return bool(self.service.ready_count())
+
+    def ramp(self) -> None:
+        """Start the load: each client sends requests one after another until the ramp ends."""
+        self._stop_at = time.monotonic() + self.ramp_s
+        self.phase = "load"
+
+        def client(i: int) -> None:
+            with httpx.Client(timeout=30) as h:
+                k = 0
+                while time.monotonic() < self._stop_at:
+                    r = h.get(f"{self.service.url}/predict", params={"index": i * 10_000 + k})
+                    self.codes.append(r.status_code)
+                    k += 1
+
+        self._threads = [threading.Thread(target=client, args=(i,), daemon=True)
+                         for i in range(self.clients)]  # fmt: skip
+        for t in self._threads:
+            t.start()
+
+    def tick(self) -> dict[str, Any]:
+        """What to show now: phase, replicas by model, requests/s, p50/p95, failures."""
+        if self.phase == "load" and not any(t.is_alive() for t in self._threads):
+            self.phase = "idle"
+        ready = self.service.ready_count()
+        self.peak = max(self.peak, ready)
+        st = self.service.stats(2.0)
+        models: dict[str, int] = {}
+        for r in self.service.router.replicas():
+            models[r.model] = models.get(r.model, 0) + 1
+        return {"phase": self.phase, "replicas": ready, "models": models,
+                "rate": st.rate, "p50_ms": st.p50_ms, "p95_ms": st.p95_ms,
+                "requests": len(self.codes),
+                "failed": sum(1 for c in self.codes if c != 200)}  # fmt: skip
+
+    def summary(self) -> dict[str, Any]:
+        """The figures the demo reports at the end."""
+        st = self.service.stats(self.ramp_s + 30.0)
+        return {"requests": len(self.codes), "failed": sum(1 for c in self.codes if c != 200),
+                "peak_replicas": self.peak, "replicas_now": self.service.ready_count(),
+                "p50_ms": st.p50_ms, "p95_ms": st.p95_ms,
+                "events": [f"{w} {d}" for _, w, d in self.service.events]}  # fmt: skip
+
+    def close(self) -> None:
+        """Stop the service and its replicas."""
+        self.service.close()

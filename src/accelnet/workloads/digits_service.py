@@ -8,8 +8,9 @@ k-th held-out digit) answers ``{"digit": d, "device", "model", "version"}`` (``v
 The model is scikit-learn's logistic regression on its bundled 8x8 digits (trained at start,
 well under a second). On an emulated device (``ACCELNET_EMULATED=1``) each request also
 holds the device for ``--base-ms`` scaled by the device model's speed (the catalog's FP16
-peak against 100 TFLOP/s), one request at a time, as a real accelerator would serialise
-them: an emulated H100 answers faster than an L4, a T4 slower.
+peak against 100 TFLOP/s, at most 1 s), one request at a time, as a real accelerator
+would serialise them: an emulated H100 answers faster than an L4, a T4 slower. A CPU core
+(emulated or not) computes for real and holds nothing more.
 """
 
 from __future__ import annotations
@@ -20,18 +21,21 @@ import os
 from typing import Any
 
 REFERENCE_TFLOPS = 100.0
+MAX_HOLD_S = 1.0  # no emulated request holds its device longer
 
 
 def service_seconds(base_ms: float, model_name: str | None) -> float:
     """Seconds one request holds an emulated device of ``model_name``."""
     from accelnet.fabric.catalog import find_device_model  # noqa: PLC0415
-    from accelnet.fabric.model import Precision  # noqa: PLC0415
+    from accelnet.fabric.model import DeviceKind, Precision  # noqa: PLC0415
 
     m = find_device_model(model_name) if model_name else None
     if m is None:
         return base_ms / 1e3
+    if m.kind is DeviceKind.CPU:
+        return 0.0  # a CPU core computes for real: nothing to emulate
     tflops = m.tflops(Precision.FP16) or m.tflops(Precision.FP32) or REFERENCE_TFLOPS
-    return base_ms / 1e3 * REFERENCE_TFLOPS / tflops
+    return min(MAX_HOLD_S, base_ms / 1e3 * REFERENCE_TFLOPS / tflops)
 
 
 def make_app(base_ms: float) -> Any:
