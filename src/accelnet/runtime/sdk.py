@@ -329,16 +329,17 @@ class LocalCluster(DeviceOps):
         default its name and a random suffix). StoreError if that id exists."""
         return self._submit(spec, None, job_id)
 
-    def serve(self, spec: Any, tick_s: float = 0.2) -> Any:
+    def serve(self, spec: Any, tick_s: float = 0.2, **options: Any) -> Any:
         """Start a service (a :class:`~accelnet.serve.spec.ServiceSpec`, or its dict form):
         its replicas as jobs of this cluster behind a router on 127.0.0.1; the running
         :class:`~accelnet.serve.service.Service` (its ``url``; ``close()`` it, or use it as a
-        context manager). pydantic's ValidationError for a bad spec, nothing started."""
+        context manager); ``options`` go to it (``choose_model``, ``drain_s``). pydantic's
+        ValidationError for a bad spec, nothing started."""
         from accelnet.serve.service import Service  # noqa: PLC0415 (services are optional)
         from accelnet.serve.spec import ServiceSpec  # noqa: PLC0415
 
         parsed = spec if isinstance(spec, ServiceSpec) else ServiceSpec.model_validate(spec)
-        service = Service(self, parsed, tick_s=tick_s)
+        service = Service(self, parsed, tick_s=tick_s, **options)
         service.start()
         return service
 

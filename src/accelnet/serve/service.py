@@ -11,9 +11,11 @@ ticks every ``tick_s``:
    device failed) leaves the router; the autoscaler's floor brings a new one. One the
    router could not reach is taken out until it answers its readiness check again.
 2. A new replica's device model is :func:`~accelnet.serve.autoscale.pick_model`'s choice
-   among the models with a free device; one to remove is the slowest (not ready ones
-   first), taken out of the router first and cancelled once its requests in flight are
-   done (or after ``drain_s``): no request is cut.
+   among the models with a free device (``choose_model=False``: the replica asks for any
+   accepted model and the scheduler's placement decides, blind to the service's speed);
+   one to remove is the slowest (not ready ones first), taken out of the router first and
+   cancelled once its requests in flight are done (or after ``drain_s``): no request is
+   cut.
 3. ``events`` lists what it did, with times (``scale`` to N, a replica ``ready``, ``gone``).
 
 The local backend only for now: replicas serve on this machine (127.0.0.1).
@@ -69,8 +71,10 @@ class Service:
         tick_s: float = 0.2,
         drain_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        choose_model: bool = True,
     ) -> None:
         self.cluster = cluster
+        self.choose_model = choose_model  # False: the scheduler places any accepted model
         self.spec = spec
         self.tick_s = tick_s
         self.drain_s = drain_s
@@ -217,6 +221,8 @@ class Service:
         if self._answers(rep):
             if not rep.ready:
                 rep.ready = True
+                placed = rep.job.record.placement
+                rep.model = rep.model or (placed.model if placed is not None else None)
                 model = rep.model or "?"
                 speed = self._figures[model].speed if model in self._figures else 1.0
                 rep.router_view = Replica(rep.rid, f"http://127.0.0.1:{rep.port}", model, speed)
@@ -286,7 +292,8 @@ class Service:
         if port is None:
             self._note("error", "no free port on 127.0.0.1 for a replica")
             return
-        model = pick_model(self.spec, self._free_by_model(), self._measured_figures())
+        model = (pick_model(self.spec, self._free_by_model(), self._measured_figures())
+                 if self.choose_model else None)  # fmt: skip
         index = self._next
         self._next += 1
         job = self.cluster.submit_spec(self.spec.replica(index, model, port))
