@@ -14,7 +14,9 @@ no replica ready yet (a service scaled to zero, or starting) a request waits up 
 ``queue_s`` in a bounded queue (``max_queued``), then 503. Responses are streamed through
 as they come (video frames, token streams).
 
-The router runs its own uvicorn server on 127.0.0.1 in a thread of its own
+The router is a plain ASGI app (no framework: every layer is time on every request; an
+answer up to 1 MiB that says its length is relayed in one write) and runs its own uvicorn
+server on 127.0.0.1 in a thread of its own
 (:meth:`Router.start`); its replica table is changed from other threads (:meth:`add`,
 :meth:`remove`) and its figures read from them (:meth:`stats`). Every request's latency (as
 the router saw it, to the last byte) and outcome go into a window the autoscaler reads.
@@ -28,20 +30,18 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                   "te", "trailers", "transfer-encoding", "upgrade", "host",
                   "content-length"})  # fmt: skip
+_HOP_B = frozenset(h.encode() for h in _HOP)
+_WHOLE = 1 << 20  # answers up to this long (and saying so) are relayed in one write
 _EWMA = 0.2  # weight of a new service time in a replica's mean
 _WINDOW_KEPT = 100_000  # request records kept at most
 
@@ -135,9 +135,7 @@ class Router:
         self._thread: threading.Thread | None = None
         self._client: httpx.AsyncClient | None = None
         self.url = ""
-        self.app = Starlette(routes=[Route("/{path:path}", self._handle,
-                                           methods=["GET", "HEAD", "POST", "PUT", "DELETE",
-                                                    "PATCH", "OPTIONS"])])  # fmt: skip
+        self.app = self._asgi
 
     # ----- the replica table (any thread) ------------------------------------------------
     def add(self, replica: Replica) -> None:
@@ -198,7 +196,7 @@ class Router:
         import uvicorn  # noqa: PLC0415 (only a running router needs it)
 
         config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning",
-                                lifespan="off", access_log=False)  # fmt: skip
+                                lifespan="off", access_log=False, interface="asgi3")  # fmt: skip
         self._server = uvicorn.Server(config)
         started = threading.Event()
 
@@ -294,14 +292,22 @@ class Router:
             with self._lock:
                 self._queued -= 1
 
-    async def _handle(self, request: Request) -> Response:
+    async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The router as a plain ASGI app (no framework between the socket and the proxy:
+        each layer is time on every request)."""
+        if scope["type"] != "http":
+            return
         t0 = self._clock()
         with self._lock:
             self._last = t0
-        body = await request.body()
-        retry_ok = request.method in IDEMPOTENT or "idempotency-key" in request.headers
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
-        path = "/" + request.path_params.get("path", "")
+        body = await _body(receive)
+        raw = scope["headers"]
+        method = scope["method"]
+        retry_ok = method in IDEMPOTENT or any(k == b"idempotency-key" for k, _ in raw)
+        headers = [(k, v) for k, v in raw if k.lower() not in _HOP_B]
+        target = scope.get("raw_path") or scope["path"].encode()
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
         tried: set[str] = set()
         retried = 0
         while True:
@@ -309,17 +315,18 @@ class Router:
             if replica is None:
                 if self.replicas() and all(r.rid not in tried for r in self.replicas()):
                     self._record(t0, 429, None, retried)  # all saturated: push back
-                    return PlainTextResponse(f"{self.name}: every replica is busy", 429,
-                                             headers={"Retry-After": "1"})  # fmt: skip
+                    await _plain(send, 429, f"{self.name}: every replica is busy",
+                                 [(b"retry-after", b"1")])  # fmt: skip
+                    return
                 if not self.replicas() and not tried and await self._wait_for_replica():
                     continue
                 self._record(t0, 0 if tried else 503, None, retried)
                 why = "no replica answered" if tried else "no replica is ready"
-                return PlainTextResponse(f"{self.name}: {why}", 502 if tried else 503)
+                await _plain(send, 502 if tried else 503, f"{self.name}: {why}")
+                return
             assert self._client is not None
-            req = self._client.build_request(request.method, replica.url + path,
-                                             params=request.query_params, headers=headers,
-                                             content=body)  # fmt: skip
+            req = self._client.build_request(method, replica.url + target.decode("latin-1"),
+                                             headers=headers, content=body)  # fmt: skip
             try:
                 resp = await self._client.send(req, stream=True)
             except httpx.ConnectError:
@@ -329,7 +336,8 @@ class Router:
                 retried += 1
                 if retried > self.retries:
                     self._record(t0, 0, replica, retried)
-                    return PlainTextResponse(f"{self.name}: no replica answered", 502)
+                    await _plain(send, 502, f"{self.name}: no replica answered")
+                    return
                 continue
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
                     httpx.TimeoutException) as exc:  # fmt: skip
@@ -339,23 +347,55 @@ class Router:
                 if retry_ok and retried <= self.retries:
                     continue
                 self._record(t0, 0, replica, retried)
-                return PlainTextResponse(f"{self.name}: replica {replica.rid} failed: "
-                                         f"{type(exc).__name__}", 502)  # fmt: skip
-            out_headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP}
-            out_headers["x-accelnet-replica"] = replica.rid
-            return StreamingResponse(self._relay(resp, replica, t0, retried),
-                                     status_code=resp.status_code,
-                                     headers=out_headers)  # fmt: skip
+                await _plain(send, 502, f"{self.name}: replica {replica.rid} failed: "
+                                        f"{type(exc).__name__}")  # fmt: skip
+                return
+            await self._relay(resp, replica, t0, retried, send)
+            return
 
     async def _relay(
-        self, resp: httpx.Response, replica: Replica, t0: float, retried: int
-    ) -> AsyncIterator[bytes]:
+        self, resp: httpx.Response, replica: Replica, t0: float, retried: int, send: Any
+    ) -> None:
+        """The replica's answer to the client: whole when it is small and says its length
+        (one write), else passed through as it comes (streams of frames or tokens)."""
+        out = [(k, v) for k, v in resp.headers.raw if k.lower() not in _HOP_B]
+        out.append((b"x-accelnet-replica", replica.rid.encode()))
+        length = resp.headers.get("content-length")
         ok = False
         try:
-            async for chunk in resp.aiter_raw():
-                yield chunk
+            if length is not None and length.isdigit() and int(length) <= _WHOLE:
+                data = await resp.aread()
+                out.append((b"content-length", str(len(data)).encode()))
+                await send({"type": "http.response.start", "status": resp.status_code,
+                            "headers": out})  # fmt: skip
+                await send({"type": "http.response.body", "body": data})
+            else:
+                await send({"type": "http.response.start", "status": resp.status_code,
+                            "headers": out})  # fmt: skip
+                async for chunk in resp.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
             ok = True
         finally:
             await resp.aclose()
             self._done(replica, t0, ok=ok and resp.status_code < 500)
             self._record(t0, resp.status_code if ok else 0, replica, retried)
+
+
+async def _body(receive: Any) -> bytes:
+    """A request's whole body, from its ASGI messages."""
+    chunks = []
+    while True:
+        msg = await receive()
+        chunks.append(msg.get("body", b""))
+        if not msg.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _plain(send: Any, status: int, text: str,
+                 extra: list[tuple[bytes, bytes]] | None = None) -> None:  # fmt: skip
+    body = text.encode()
+    headers = [(b"content-type", b"text/plain; charset=utf-8"),
+               (b"content-length", str(len(body)).encode()), *(extra or [])]  # fmt: skip
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
