@@ -131,3 +131,19 @@ def test_a_rolling_update_under_load_fails_no_request(tmp_path: Path) -> None:
     assert {v for t, v in load.versions if t > done_at + 1.0} == {"2"}
     assert {v for _, v in load.versions} == {"1", "2"}
     assert len(reps) == 2 and all(r["ready"] for r in reps.values())
+
+
+def test_a_service_allowed_to_scales_to_zero_and_the_first_request_waits_for_a_replica(
+    tmp_path: Path,
+) -> None:
+    spec = {**SPEC, "replicas": {"min": 0, "max": 1},
+            "scaling": {"up_s": 0.0, "down_s": 0.5, "idle_s": 1.0, "window_s": 1.0}}  # fmt: skip
+    with LocalCluster("pcie-4xL4", workdir=tmp_path / "work") as cluster, \
+            cluster.serve(spec) as svc:  # fmt: skip
+        assert svc.replicas() == {}  # nothing runs before the first request
+        first = httpx.get(f"{svc.url}/predict", params={"index": 1}, timeout=60)
+        assert first.status_code == 200  # it waited in the router's queue for a replica
+        asked = [e for e in svc.events if e[1] == "asked"]
+        assert len(asked) == 1
+        wait_for(lambda: svc.replicas() == {}, "the idle service to stop its replica", 60)
+    assert [e[2] for e in svc.events if e[1] == "scale"][-1] == "0"
