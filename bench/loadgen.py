@@ -30,32 +30,26 @@ async def run(
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
 
+        async def shoot(k: int) -> None:
+            t = time.perf_counter()
+            try:
+                code = (await client.get(f"{url}{path}", params={"index": k})).status_code
+            except httpx.HTTPError:
+                code = 0
+            now = time.perf_counter()
+            lat.append(now - t)
+            codes.append(code)
+            ended.append(now - t0)
+
         async def worker(i: int) -> None:
             k = i * 1_000_000
             while time.perf_counter() < stop:
-                t = time.perf_counter()
-                try:
-                    r = await client.get(f"{url}{path}", params={"index": k})
-                    code = r.status_code
-                except httpx.HTTPError:
-                    code = 0
-                now = time.perf_counter()
-                lat.append(now - t)
-                codes.append(code)
-                ended.append(now - t0)
+                await shoot(k)
                 k += 1
 
         async def one(k: int, slots: asyncio.Semaphore) -> None:
             async with slots:
-                t = time.perf_counter()
-                try:
-                    code = (await client.get(f"{url}{path}", params={"index": k})).status_code
-                except httpx.HTTPError:
-                    code = 0
-                now = time.perf_counter()
-                lat.append(now - t)
-                codes.append(code)
-                ended.append(now - t0)
+                await shoot(k)
 
         if rate > 0:  # open loop: a request every 1/rate s, at most `concurrency` in flight
             slots = asyncio.Semaphore(concurrency)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,23 @@ class _Task:
     sent: bool = False  # handed to its agent (not held by its gang)
 
 
+class _PackCache:
+    """The Ray objects of packs already asked for, by (job, source host, news): the last
+    :data:`_PACKS_KEPT` of them."""
+
+    def __init__(self) -> None:
+        self._refs: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+
+    def get(self, key: tuple[str, str, int], ask: Callable[[], Any]) -> Any:
+        """The cached object for ``key``, else ``ask()``'s (kept)."""
+        ref = self._refs.get(key)
+        if ref is None:
+            ref = self._refs[key] = ask()
+            while len(self._refs) > _PACKS_KEPT:
+                self._refs.popitem(last=False)
+        return ref
+
+
 class _Outputs:
     """Which nodes hold parts of which jobs' outputs, and the packs of them already asked
     for. Thread-safe where the backend's thread-safe methods use it."""
@@ -58,7 +75,7 @@ class _Outputs:
         # job -> (its last attempt that succeeded somewhere, host -> news counter)
         self._outputs: dict[str, tuple[int, dict[str, int]]] = {}
         self._news = 0
-        self._packs: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+        self._packs = _PackCache()
 
     def keep(self, t: _Task) -> None:
         """A task succeeded: its node holds part of its job's outputs (of the attempt a
@@ -84,13 +101,7 @@ class _Outputs:
 
     def pack(self, job: str, src: str, news: int, agent: Any) -> Any:
         """The Ray object of ``src``'s part of ``job``'s outputs (asked of ``agent`` once)."""
-        key = (job, src, news)
-        ref = self._packs.get(key)
-        if ref is None:
-            ref = self._packs[key] = agent.pack.remote(job)
-            while len(self._packs) > _PACKS_KEPT:
-                self._packs.popitem(last=False)
-        return ref
+        return self._packs.get((job, src, news), lambda: agent.pack.remote(job))
 
 
 class _Checkpoints:
@@ -102,7 +113,7 @@ class _Checkpoints:
     def __init__(self) -> None:
         self._news = 0
         self._hosts: OrderedDict[str, dict[str, int]] = OrderedDict()  # job -> host -> news
-        self._packs: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+        self._packs = _PackCache()
 
     def ran(self, t: _Task) -> None:
         """A task of ``t``'s job ended on its host (its checkpoint part may have changed)."""
@@ -119,13 +130,7 @@ class _Checkpoints:
 
     def pack(self, job: str, src: str, news: int, agent: Any) -> Any:
         """The Ray object of ``src``'s checkpoint folder of ``job`` (asked of ``agent`` once)."""
-        key = (job, src, news)
-        ref = self._packs.get(key)
-        if ref is None:
-            ref = self._packs[key] = agent.pack_checkpoint.remote(job)
-            while len(self._packs) > _PACKS_KEPT:
-                self._packs.popitem(last=False)
-        return ref
+        return self._packs.get((job, src, news), lambda: agent.pack_checkpoint.remote(job))
 
 
 def _keep_logs(spec: TaskSpec, logs: Mapping[str, bytes]) -> None:

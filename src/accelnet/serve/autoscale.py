@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from accelnet.fabric.model import DeviceModel, Precision
 from accelnet.serve.spec import ServiceSpec
 
 HEADROOM = 0.8  # scale up when p95 passes this fraction of the goal
@@ -91,6 +92,12 @@ class Autoscaler:
             return have
         self._surplus_since = None
         return have
+
+
+def catalog_speed(model: DeviceModel) -> float:
+    """A device model's speed for serving: its catalog FP16 peak, else FP32 (TFLOP/s; 0.0
+    if it has neither)."""
+    return model.tflops(Precision.FP16) or model.tflops(Precision.FP32)
 
 
 @dataclass(frozen=True, slots=True)

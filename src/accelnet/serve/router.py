@@ -199,6 +199,14 @@ class Router:
                                 lifespan="off", access_log=False, interface="asgi3")  # fmt: skip
         self._server = uvicorn.Server(config)
         started = threading.Event()
+        server = self._server
+
+        async def serve() -> None:
+            task = asyncio.ensure_future(server.serve())
+            while not (server.started or task.done()):
+                await asyncio.sleep(0.01)
+            started.set()
+            await task
 
         def run() -> None:
             loop = asyncio.new_event_loop()
@@ -209,21 +217,17 @@ class Router:
                                              limits=httpx.Limits(max_connections=1000))  # fmt: skip
             if self.replicas():
                 self._ready.set()
-            loop.call_soon(started.set)
             try:
-                loop.run_until_complete(self._server.serve())
+                loop.run_until_complete(serve())
             finally:
+                started.set()
                 loop.run_until_complete(self._client.aclose())
                 loop.close()
 
         self._thread = threading.Thread(target=run, name=f"router-{self.name}", daemon=True)
         self._thread.start()
-        started.wait(10)
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"the router of {self.name} did not start")
-            time.sleep(0.01)
+        if not started.wait(10) or not server.started:
+            raise RuntimeError(f"the router of {self.name} did not start")
         bound = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{bound}"
         return self.url

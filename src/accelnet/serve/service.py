@@ -33,10 +33,15 @@ from typing import TYPE_CHECKING
 import httpx
 
 from accelnet.devices import DeviceState
-from accelnet.fabric.model import Precision
 from accelnet.runtime.handoff import free_port
 from accelnet.sched import JobState
-from accelnet.serve.autoscale import Autoscaler, ModelFigures, Observation, pick_model
+from accelnet.serve.autoscale import (
+    Autoscaler,
+    ModelFigures,
+    Observation,
+    catalog_speed,
+    pick_model,
+)
 from accelnet.serve.router import Replica, Router, Stats
 from accelnet.serve.spec import ServiceSpec
 
@@ -330,8 +335,7 @@ class Service:
         for dev in self.cluster.fabric.devices.values():
             m = dev.model
             if m.name not in out:
-                speed = m.tflops(Precision.FP16) or m.tflops(Precision.FP32) or 1.0
-                out[m.name] = ModelFigures(m.name, speed, m.max_w)
+                out[m.name] = ModelFigures(m.name, catalog_speed(m) or 1.0, m.max_w)
         return out
 
     def _measured_figures(self) -> dict[str, ModelFigures]:

@@ -27,14 +27,15 @@ MAX_HOLD_S = 1.0  # no emulated request holds its device longer
 def service_seconds(base_ms: float, model_name: str | None) -> float:
     """Seconds one request holds an emulated device of ``model_name``."""
     from accelnet.fabric.catalog import find_device_model  # noqa: PLC0415
-    from accelnet.fabric.model import DeviceKind, Precision  # noqa: PLC0415
+    from accelnet.fabric.model import DeviceKind  # noqa: PLC0415
+    from accelnet.serve.autoscale import catalog_speed  # noqa: PLC0415
 
     m = find_device_model(model_name) if model_name else None
     if m is None:
         return base_ms / 1e3
     if m.kind is DeviceKind.CPU:
         return 0.0  # a CPU core computes for real: nothing to emulate
-    tflops = m.tflops(Precision.FP16) or m.tflops(Precision.FP32) or REFERENCE_TFLOPS
+    tflops = catalog_speed(m) or REFERENCE_TFLOPS
     return min(MAX_HOLD_S, base_ms / 1e3 * REFERENCE_TFLOPS / tflops)
 
 
