@@ -150,3 +150,53 @@ def test_the_faster_replica_is_preferred_and_a_dead_one_is_skipped(
         assert not dead.up and dead.failed == 1  # out until it passes a readiness check
     finally:
         r.close()
+
+
+class _Dropper:
+    """A replica that reads each request and closes the connection without an answer (it
+    died with the request in hand); counts the requests it took."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.took = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                if conn.recv(65536):
+                    self.took += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_request_its_replica_dropped_is_retried_only_when_it_may_be_sent_twice(
+    upstreams: list[Upstream],
+) -> None:
+    r = Router("svc", max_inflight=4, retries=2)
+    r.start()
+    drop = _Dropper()
+    try:
+        r.add(Replica("dropper", drop.url, "H100", speed=1e6))  # always tried first
+        r.add(Replica("good", upstreams[0].url, "T4", speed=1.0))
+        posted = httpx.post(f"{r.url}/hello", content=b"charge my card", timeout=10)
+        assert posted.status_code == 502 and "dropper" in posted.text  # not sent twice
+        assert drop.took == 1
+        keyed = httpx.post(f"{r.url}/hello", content=b"x", timeout=10,
+                           headers={"Idempotency-Key": "k1"})  # fmt: skip
+        assert keyed.status_code == 405  # the good replica's answer (no POST route)
+        assert keyed.headers["x-accelnet-replica"] == "good" and drop.took == 2
+        got = httpx.get(f"{r.url}/hello", timeout=10)
+        assert got.status_code == 200 and got.text == "a" and drop.took == 3
+        assert r.stats().errors == 1  # only the POST without a key failed
+    finally:
+        r.close()
+        drop.close()

@@ -33,8 +33,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
+from accelnet.serve.upstream import Answer, BrokenError, NotConnectedError, Pool
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -133,7 +134,7 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._pools: dict[str, Pool] = {}  # by replica id (loop thread only)
         self.url = ""
         self.app = self._asgi
 
@@ -150,6 +151,10 @@ class Router:
             gone = self._replicas.pop(rid, None)
         if gone is not None:
             gone.up = False
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._drop_pool, rid)
         return gone
 
     def replicas(self) -> list[Replica]:
@@ -213,15 +218,15 @@ class Router:
             self._loop = loop
             asyncio.set_event_loop(loop)
             self._ready = asyncio.Event()
-            self._client = httpx.AsyncClient(timeout=self.timeout_s,
-                                             limits=httpx.Limits(max_connections=1000))  # fmt: skip
             if self.replicas():
                 self._ready.set()
             try:
                 loop.run_until_complete(serve())
             finally:
                 started.set()
-                loop.run_until_complete(self._client.aclose())
+                for pool in self._pools.values():
+                    pool.close()
+                self._pools.clear()
                 loop.close()
 
         self._thread = threading.Thread(target=run, name=f"router-{self.name}", daemon=True)
@@ -245,6 +250,20 @@ class Router:
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._sync_ready)
+
+    def _drop_pool(self, rid: str) -> None:
+        pool = self._pools.pop(rid, None)
+        if pool is not None:
+            pool.close()
+
+    def _pool(self, replica: Replica) -> Pool:
+        pool = self._pools.get(replica.rid)
+        if pool is None:
+            parts = urlsplit(replica.url)
+            pool = Pool(parts.hostname or "127.0.0.1", parts.port or 80, self._clock,
+                        keep=self.max_inflight)  # fmt: skip
+            self._pools[replica.rid] = pool
+        return pool
 
     def _sync_ready(self) -> None:
         if self.replicas():
@@ -328,12 +347,10 @@ class Router:
                 why = "no replica answered" if tried else "no replica is ready"
                 await _plain(send, 502 if tried else 503, f"{self.name}: {why}")
                 return
-            assert self._client is not None
-            req = self._client.build_request(method, replica.url + target.decode("latin-1"),
-                                             headers=headers, content=body)  # fmt: skip
             try:
-                resp = await self._client.send(req, stream=True)
-            except httpx.ConnectError:
+                resp = await self._pool(replica).send(method, target, headers, body,
+                                                      self.timeout_s)  # fmt: skip
+            except NotConnectedError:
                 self._done(replica, t0, ok=False)  # never reached it: safe to send elsewhere
                 replica.up = False  # until it answers its readiness check again
                 tried.add(replica.rid)
@@ -343,47 +360,50 @@ class Router:
                     await _plain(send, 502, f"{self.name}: no replica answered")
                     return
                 continue
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
-                    httpx.TimeoutException) as exc:  # fmt: skip
+            except BrokenError as exc:
                 self._done(replica, t0, ok=False)
                 tried.add(replica.rid)
                 retried += 1
                 if retry_ok and retried <= self.retries:
                     continue
                 self._record(t0, 0, replica, retried)
-                await _plain(send, 502, f"{self.name}: replica {replica.rid} failed: "
-                                        f"{type(exc).__name__}")  # fmt: skip
+                await _plain(send, 502, f"{self.name}: replica {replica.rid} failed: {exc}")
                 return
             await self._relay(resp, replica, t0, retried, send)
             return
 
     async def _relay(
-        self, resp: httpx.Response, replica: Replica, t0: float, retried: int, send: Any
+        self, resp: Answer, replica: Replica, t0: float, retried: int, send: Any
     ) -> None:
         """The replica's answer to the client: whole when it is small and says its length
         (one write), else passed through as it comes (streams of frames or tokens)."""
-        out = [(k, v) for k, v in resp.headers.raw if k.lower() not in _HOP_B]
+        out = [(k, v) for k, v in resp.headers if k.lower() not in _HOP_B]
         out.append((b"x-accelnet-replica", replica.rid.encode()))
-        length = resp.headers.get("content-length")
+        length = resp.length()
         ok = False
         try:
-            if length is not None and length.isdigit() and int(length) <= _WHOLE:
-                data = await resp.aread()
-                out.append((b"content-length", str(len(data)).encode()))
-                await send({"type": "http.response.start", "status": resp.status_code,
+            if length is not None and length <= _WHOLE:
+                try:
+                    data = await resp.read(self.timeout_s)
+                except BrokenError as exc:  # nothing sent to the client yet: say so
+                    await _plain(send, 502, f"{self.name}: replica {replica.rid} failed: {exc}")
+                    return
+                said = length if resp.head_only else len(data)
+                out.append((b"content-length", str(said).encode()))
+                await send({"type": "http.response.start", "status": resp.status,
                             "headers": out})  # fmt: skip
                 await send({"type": "http.response.body", "body": data})
             else:
-                await send({"type": "http.response.start", "status": resp.status_code,
+                await send({"type": "http.response.start", "status": resp.status,
                             "headers": out})  # fmt: skip
-                async for chunk in resp.aiter_raw():
+                async for chunk in resp.chunks(self.timeout_s):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
             ok = True
         finally:
-            await resp.aclose()
-            self._done(replica, t0, ok=ok and resp.status_code < 500)
-            self._record(t0, resp.status_code if ok else 0, replica, retried)
+            resp.close()
+            self._done(replica, t0, ok=ok and resp.status < 500)
+            self._record(t0, resp.status if ok else 0, replica, retried)
 
 
 async def _body(receive: Any) -> bytes:
