@@ -10,7 +10,10 @@ and the same replica count, and heterogeneity-aware placement against speed-blin
   router, alternately: the p50 difference (goal < 1 ms).
 - **scale-up**: one replica, a load step of ``--step-load`` requests in flight: seconds from
   the step to the second replica serving (accelnet: its router sends it requests; Ray Serve:
-  its second replica RUNNING), autoscaling to one request in flight per replica.
+  its second replica RUNNING), autoscaling to one request in flight per replica. The model
+  holds each request ``--step-hold-ms`` more on both sides (one at a time), so that the step
+  keeps more than one request in flight on either system: with the bare digits model the
+  load generator, not the replica, is the bottleneck and no load step happens.
 - **power** (accelnet only, emulated ``mixed-lab``): two replicas under an open-loop load of
   ``--rate`` requests/s, placed by the autoscaler's model choice and by the scheduler's own
   (``choose_model=False``, blind to the service's speed): modelled energy per 1,000
@@ -23,6 +26,7 @@ Run: ``.venv/bin/python bench/serve_bench.py`` (needs ``pip install "ray[serve]"
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -70,7 +74,7 @@ def wait(check: Any, what: str, limit: float = 120.0) -> float:
 
 
 # ----- Ray Serve -------------------------------------------------------------------------------
-def ray_app(autoscale: bool) -> Any:
+def ray_app(autoscale: bool, hold_ms: float = 0.0) -> Any:
     from ray import serve
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -94,10 +98,14 @@ def ray_app(autoscale: bool) -> Any:
             xt, self.x_test, yt, _ = train_test_split(x, y, test_size=0.25, random_state=0,
                                                       stratify=y)  # fmt: skip
             self.clf = LogisticRegression(max_iter=300).fit(xt, yt)
+            self.busy = asyncio.Lock()  # as digits_service: one request at a time
 
         async def __call__(self, request: Request) -> JSONResponse:
             k = int(request.query_params.get("index", "0")) % len(self.x_test)
-            digit = int(self.clf.predict(self.x_test[k : k + 1])[0])
+            async with self.busy:
+                digit = int(self.clf.predict(self.x_test[k : k + 1])[0])
+                if hold_ms:
+                    await asyncio.sleep(hold_ms / 1e3)
             return JSONResponse({"digit": digit, "version": "1"})
 
     return Digits.bind()
@@ -115,8 +123,8 @@ class RayServe:
         serve.start(http_options={"host": "127.0.0.1", "port": self.port})
         self.url = f"http://127.0.0.1:{self.port}"  # the app's route prefix is /predict
 
-    def deploy(self, autoscale: bool) -> None:
-        self.serve.run(ray_app(autoscale), route_prefix="/predict", name="digits")
+    def deploy(self, autoscale: bool, hold_ms: float = 0.0) -> None:
+        self.serve.run(ray_app(autoscale, hold_ms), route_prefix="/predict", name="digits")
         wait(lambda: httpx.get(f"{self.url}/predict", timeout=5).status_code == 200, "Ray Serve")
 
     def running(self) -> int:
@@ -167,7 +175,8 @@ def measure(args: Any, console: Console) -> dict[str, Any]:
             rs.remove()
             # scale-up after a load step
             ups: dict[str, list[float]] = {"accelnet": [], "ray": []}
-            spec = one_replica_spec(replicas={"min": 1, "max": 2},
+            spec = one_replica_spec(run=f"{SERVICE} --hold-ms {args.step_hold_ms:g}",
+                                    replicas={"min": 1, "max": 2},
                                     goal={"target_inflight": 1},
                                     scaling={"up_s": 0.3, "down_s": 60, "window_s": 2})  # fmt: skip
             task2 = progress.add_task("scale-up", total=args.repeats * 2)
@@ -183,7 +192,7 @@ def measure(args: Any, console: Console) -> dict[str, Any]:
                 gen.wait()
                 svc.close()
                 progress.advance(task2)
-                rs.deploy(autoscale=True)
+                rs.deploy(autoscale=True, hold_ms=args.step_hold_ms)
                 gen = subprocess.Popen([sys.executable, str(LOADGEN), "--url", rs.url,
                                         "--concurrency", str(args.step_load), "--seconds", "60"],
                                        stdout=subprocess.DEVNULL)  # fmt: skip
@@ -281,6 +290,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--p99-bound", type=float, default=100.0)
     ap.add_argument("--step-load", type=int, default=4)
+    ap.add_argument(
+        "--step-hold-ms",
+        type=float,
+        default=10.0,
+        help="the model's time per request in the load step (both sides)",
+    )
     ap.add_argument("--rate", type=float, default=40.0)
     ap.add_argument("--goal-ms", type=float, default=250.0)
     ap.add_argument("--out", type=Path, default=OUT)

@@ -38,6 +38,8 @@ from accelnet.monitor import (
 )
 from accelnet.monitor.metrics import AccelnetCollector, exposition
 from accelnet.monitor.names import DCGM_LABELS, DEVICE_LABELS, METRICS, SAMPLE_FIELDS
+from accelnet.monitor.source import ServiceInfo
+from accelnet.monitor.timing import SERVICE_BUCKETS, histogram
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState
 
@@ -53,9 +55,11 @@ class FakeSource:
         devices: Iterable[DeviceInfo] = (),
         links: Iterable[LinkUse] = (),
         decisions: HistogramSnapshot | None = None,
+        services: Iterable[ServiceInfo] = (),
     ) -> None:
         self._jobs, self._devices, self._links = list(jobs), list(devices), list(links)
         self._decisions = decisions
+        self._services = list(services)
         self.scrapes = 0
 
     def jobs(self) -> Iterator[JobInfo]:
@@ -70,6 +74,9 @@ class FakeSource:
 
     def decisions(self) -> HistogramSnapshot | None:
         return self._decisions
+
+    def services(self) -> Iterator[ServiceInfo]:
+        return iter(self._services)
 
 
 def parse(source: MetricsSource) -> dict[str, Metric]:
@@ -365,6 +372,31 @@ def test_an_empty_cluster_exports_declared_families_and_no_samples() -> None:
     assert render(Snapshot()) == text.encode()  # Snapshot is a source too
 
 
+# ----- services --------------------------------------------------------------------------------
+def digits_service() -> ServiceInfo:
+    latency = histogram([0.002, 0.004, 0.004, 0.3], SERVICE_BUCKETS)
+    return ServiceInfo("digits", "vision", latency, {"200": 3, "429": 1, "none": 1}, 2,
+                       {("L4", "ready"): 2, ("H100-SXM", "starting"): 1}, 3, 0)  # fmt: skip
+
+
+def test_a_service_exports_its_latency_histogram_requests_by_code_and_replicas() -> None:
+    fams = parse(FakeSource(services=[digits_service()]))
+    who = {"service": "digits", "tenant": "vision"}
+    assert fams["accelnet_service_request_duration_seconds"].type == "histogram"
+    assert value(fams, "accelnet_service_request_duration_seconds_count", **who) == 4
+    assert value(fams, "accelnet_service_request_duration_seconds_bucket", le="0.005", **who) == 3
+    assert value(fams, "accelnet_service_requests_total", code="200", **who) == 3
+    assert value(fams, "accelnet_service_requests_total", code="none", **who) == 1
+    assert value(fams, "accelnet_service_retries_total", **who) == 2
+    assert value(fams, "accelnet_service_replicas", model="L4", state="ready", **who) == 2
+    # every state of a model in use is a series (0 included): a state that empties stays
+    assert value(fams, "accelnet_service_replicas", model="L4", state="stopping", **who) == 0
+    assert value(fams, "accelnet_service_replicas", model="H100-SXM", state="starting",
+                 **who) == 1  # fmt: skip
+    assert value(fams, "accelnet_service_inflight_requests", **who) == 3
+    assert parse(FakeSource())["accelnet_service_requests"].samples == []  # none: declared
+
+
 def test_a_full_scrape_produces_every_catalogued_family() -> None:
     readings: dict[str, Any] = {
         f.field: (True if f.field.startswith("remap_") else 7)
@@ -374,7 +406,8 @@ def test_a_full_scrape_produces_every_catalogued_family() -> None:
     readings.update(throttle_reasons=("gpu_idle",), xid_events=(31,))
     dev = replace(gpu(0, **readings), health="pass")
     job = JobInfo("j", "running", "t", 0.0, 1.0)
-    source = FakeSource([job], [dev], [LinkUse("a", "b", 1.0, 2.0)], DecisionTimer().snapshot())
+    source = FakeSource([job], [dev], [LinkUse("a", "b", 1.0, 2.0)], DecisionTimer().snapshot(),
+                        [digits_service()])  # fmt: skip
     collected = {m.name for m in AccelnetCollector(source).collect() if m.samples}
     assert collected == {d.name.removesuffix("_total") if not d.dcgm else d.name
                          for d in METRICS.values()}  # fmt: skip

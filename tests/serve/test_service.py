@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from accelnet.runtime.handoff import free_port
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.serve.spec import ServiceSpec
 
@@ -32,6 +33,12 @@ SPEC: dict[str, Any] = {
     "goal": {"p95_ms": GOAL_MS, "target_inflight": 1},
     "scaling": {"up_s": 0.3, "down_s": 1.0, "window_s": 2.0},
 }
+
+
+def _port() -> int:
+    port = free_port()
+    assert port is not None
+    return port
 
 
 def wait_for(check: Callable[[], bool], what: str, limit: float = 90.0) -> None:
@@ -147,3 +154,40 @@ def test_a_service_allowed_to_scales_to_zero_and_the_first_request_waits_for_a_r
         assert len(asked) == 1
         wait_for(lambda: svc.replicas() == {}, "the idle service to stop its replica", 60)
     assert [e[2] for e in svc.events if e[1] == "scale"][-1] == "0"
+
+
+def test_replica_jobs_left_by_an_earlier_run_are_cancelled_and_names_are_one_per_tenant(
+    tmp_path: Path,
+) -> None:
+    spec = {**SPEC, "replicas": {"min": 1, "max": 1}}
+    with LocalCluster("pcie-4xL4", workdir=tmp_path / "work") as cluster:
+        # what a crashed server leaves: a replica job of the service, with no router
+        left = cluster.submit_spec(ServiceSpec.model_validate(spec).replica(0, None, _port()))
+        other = cluster.submit_spec(ServiceSpec.model_validate(
+            {**spec, "tenant": "someone-else"}).replica(0, None, _port()))  # fmt: skip
+        with cluster.serve(spec) as svc:
+            assert cluster.wait_for(left.id, 60).state.value == "cancelled"
+            assert list(svc.replicas()) == ["digits.1"]  # numbered after the leftover
+            assert not other.state.is_finished()  # another tenant's job of that name: kept
+            with pytest.raises(ValueError, match="already"):
+                cluster.serve(spec)
+            assert cluster.service("digits") is svc and cluster.services() == [svc]
+            elsewhere = cluster.serve({**spec, "tenant": "someone-else"})  # its own name space
+            assert len(cluster.services()) == 2
+            elsewhere.close()
+        assert cluster.services() == []  # a closed service leaves the registry
+        other.cancel()
+
+
+def test_a_replica_that_fails_at_once_is_restarted_with_growing_waits(tmp_path: Path) -> None:
+    spec = {"name": "broken", "run": "echo no model here >&2; exit 3",
+            "resources": {"accelerators": "any:1"}, "replicas": {"min": 1, "max": 1}}  # fmt: skip
+    with LocalCluster("pcie-4xL4", workdir=tmp_path / "work") as cluster, \
+            cluster.serve(spec, tick_s=0.05) as svc:  # fmt: skip
+        wait_for(lambda: sum(e[1] == "backoff" for e in svc.events) >= 3, "three back-offs", 60)
+        asked_before = sum(e[1] == "asked" for e in svc.events)
+        time.sleep(1.5)  # the 4th wait is 4 s: nothing new is asked meanwhile
+        asked = [e for e in svc.events if e[1] == "asked"]
+        assert len(asked) <= asked_before + 1, svc.events
+        waits = [e[2] for e in svc.events if e[1] == "backoff"]
+        assert "in 0.5 s" in waits[0] and "in 1 s" in waits[1] and "in 2 s" in waits[2]

@@ -28,7 +28,7 @@ from accelnet.api.limits import (
     BodyLimitMiddleware,
     FairShareMiddleware,
 )
-from accelnet.api.routers import cluster, devices, health, jobs
+from accelnet.api.routers import cluster, devices, health, jobs, services
 from accelnet.sched.spec import job_json_schema
 
 API_PREFIX = "/api/v1"
@@ -85,7 +85,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.state.ctx = ctx
     install_error_handlers(app)
     app.include_router(health.router)
-    for r in (jobs.router, devices.router, cluster.router):
+    for r in (jobs.router, devices.router, services.router, cluster.router):
         app.include_router(r, prefix=API_PREFIX)
     app.add_middleware(BodyLimitMiddleware, max_bytes=ctx.settings.max_body)
     app.add_middleware(FairShareMiddleware, limit=ctx.settings.per_sender)

@@ -16,6 +16,7 @@ from accelnet.api.devices import DeviceService
 from accelnet.api.jobs import JobService, JobTenants
 from accelnet.api.limits import RateLimiter
 from accelnet.api.port import ClusterPort
+from accelnet.api.services import ServiceManager
 from accelnet.api.tenants import Tenants
 from accelnet.api.tokens import Tokens
 from accelnet.runtime.clock import Clock
@@ -68,6 +69,7 @@ class ApiContext:
     jobs: JobService
     devices: DeviceService
     control: ControlService
+    services: ServiceManager
     version: str = field(default_factory=accelnet_version)
     stopping: Callable[[], bool] = lambda: False
     pause: Callable[[float], Awaitable[None]] = anyio.sleep
@@ -96,4 +98,5 @@ def build_context(
         jobs=JobService(port, admission, job_tenants),
         devices=DeviceService(port, job_tenants, settings.op_wait_s),
         control=ControlService(port, tenants, admission, audit, clock, settings.policy),
+        services=ServiceManager(port, db, tenants, clock),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -52,6 +53,7 @@ class ClusterMetrics:
             list(self._devices()),
             self._links(r for r in records if r.state in _RUNNING),
             self._decisions(),
+            [s.info() for s in self._services()],
         )
 
     def _devices(self) -> Iterable[DeviceInfo]:
@@ -71,6 +73,10 @@ class ClusterMetrics:
                 continue
             jobs.append(CommJob(rec.id, Communicator(fabric, rec.placement.devices), nbytes))
         return link_uses(link_shares(self.model, jobs)) if jobs else []
+
+    def _services(self) -> list[Any]:
+        services = getattr(self.ctx.port, "services", None)  # ports without services: none
+        return list(services()) if services is not None else []
 
     def _decisions(self) -> HistogramSnapshot | None:
         cluster = getattr(self.ctx.port, "cluster", None)

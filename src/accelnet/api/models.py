@@ -227,6 +227,68 @@ class AuditOut(BaseModel):
     next: int
 
 
+class ServiceReplicaOut(BaseModel):
+    """One replica of a service: its job, device model, port and whether it takes
+    requests."""
+
+    id: str
+    job: str
+    model: str | None
+    port: int
+    ready: bool
+    stopping: bool
+
+
+class ServiceStatsOut(BaseModel):
+    """The router's figures over the service's scaling window (latencies in ms, null when
+    no request ended in it)."""
+
+    window_s: float
+    requests: int
+    rate: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    errors: int
+    rejected: int
+    inflight: int
+    queued: int
+
+
+class ServiceEventOut(BaseModel):
+    """Something the service did (``scale``, ``asked``, ``ready``, ``gone``, ``update``,
+    ``retire``, ``error``), ``ago_s`` seconds ago."""
+
+    ago_s: float
+    what: str
+    detail: str
+
+
+class ServiceOut(BaseModel):
+    """A service: where it answers, its replicas, its figures, its latest events."""
+
+    name: str
+    tenant: str
+    url: str = Field(description="the router's address (send requests here)")
+    state: str = Field(description="running, or stopped (the answer to a DELETE)")
+    version: int = Field(description="the spec's version (1, then one more per update)")
+    updating: bool
+    ready: int = Field(description="replicas taking requests")
+    min_replicas: int
+    max_replicas: int
+    goal_p95_ms: float | None
+    replicas: list[ServiceReplicaOut]
+    stats: ServiceStatsOut
+    events: list[ServiceEventOut]
+    spec: dict[str, Any] = Field(description="the service spec (docs/serve.md)")
+
+
+class ServicesOut(BaseModel):
+    """Services, by tenant and name."""
+
+    services: list[ServiceOut]
+
+
 TENANT_NAME = Field(pattern=NAME_PATTERN, max_length=64)
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": what}

@@ -15,7 +15,7 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from accelnet.fabric import Fabric
 from accelnet.runtime.care import Answer
@@ -27,6 +27,10 @@ from accelnet.sched import JobSpec, Scheduler, Tenant
 from accelnet.sched.request import rejection
 from accelnet.sched.rounds import RoundScheduler
 from accelnet.sched.session import Session
+
+if TYPE_CHECKING:
+    from accelnet.serve.service import Service
+    from accelnet.serve.spec import ServiceSpec
 
 DEVICE_OPS = ("drain", "undrain", "reset", "probe")
 
@@ -106,6 +110,15 @@ class ClusterPort(Protocol):
 
     def alive(self) -> bool:
         """Whether the controller is running."""
+        ...
+
+    def serve(self, spec: ServiceSpec) -> Service:
+        """Start a service (its router and replicas); ValueError if its tenant runs one of
+        that name already."""
+        ...
+
+    def services(self) -> list[Service]:
+        """The running services."""
         ...
 
 
@@ -240,6 +253,15 @@ class LocalClusterPort:
         """See :class:`ClusterPort`."""
         thread = self.cluster._thread
         return thread is not None and thread.is_alive() and self.cluster._error is None
+
+    def serve(self, spec: ServiceSpec) -> Service:
+        """See :class:`ClusterPort`."""
+        service: Service = self.cluster.serve(spec)
+        return service
+
+    def services(self) -> list[Service]:
+        """See :class:`ClusterPort`."""
+        return list(self.cluster.services())
 
     def close(self) -> None:
         """Stop the round ticker (idempotent)."""

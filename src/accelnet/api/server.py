@@ -331,6 +331,7 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
         elif not any(t.active and t.role is Role.ADMIN for t in ctx.tokens.list()):
             notes.append(f"no admin token yet: accelnet token create --db {opts.db} "
                          "--tenant ops --role admin")  # fmt: skip
+        notes += ctx.services.restore()  # the services a server on this --db ran
         config = uvicorn.Config(
             build_app(ctx, opts.metrics_token),
             log_level=opts.log_level,

@@ -24,7 +24,14 @@ from rich.live import Live
 from accelnet.cli.fabric_cmd import fail, note
 from accelnet.client import ApiError, Client, ConfigError, JobOut, resolve
 from accelnet.client.models import LIVE_STATES
-from accelnet.client.views import TopView, devices_table, job_detail, jobs_table, top_screen
+from accelnet.client.views import (
+    TopView,
+    devices_table,
+    job_detail,
+    jobs_table,
+    services_table,
+    top_screen,
+)
 from accelnet.specio import SpecError
 
 UrlOpt = Annotated[
@@ -68,7 +75,8 @@ def session(url: str | None, token: str | None) -> Iterator[Client]:
         client.close()
 
 
-def _dump(data: Any) -> None:
+def dump(data: Any) -> None:
+    """``data`` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
@@ -97,7 +105,7 @@ def submit(
                                 highlight=False)  # fmt: skip
         if not wait:
             if as_json:
-                _dump(_jobs_json(jobs))
+                dump(_jobs_json(jobs))
             return
         end = None if timeout is None else time.monotonic() + timeout
         done: list[JobOut] = []
@@ -113,7 +121,7 @@ def submit(
                 extra = f": {last.error}" if last.error else ""
                 Console().print(f"{last.id} {last.state}{extra}", highlight=False)
         if as_json:
-            _dump(_jobs_json(done))
+            dump(_jobs_json(done))
         if any(j.state != "succeeded" for j in done):
             raise typer.Exit(1)
 
@@ -129,24 +137,27 @@ def status(
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """One job (its fields and event log), or the latest jobs."""
+    """One job (its fields and event log), or the running services and the latest jobs."""
     with session(url, token) as api:
         now = time.time()
         if job is not None:
             out = api.job(job)
             if as_json:
-                _dump(out.model_dump(mode="json"))
+                dump(out.model_dump(mode="json"))
                 return
             Console().print(job_detail(out, api.events(out).events, now))
             return
         jobs = list(api.jobs(state, tenant=tenant, limit=limit))
+        services = [s for s in api.services() if tenant is None or s.tenant == tenant]
         if as_json:
-            _dump(_jobs_json(jobs))
+            dump(_jobs_json(jobs) | {"services": [s.model_dump(mode="json") for s in services]})
             return
+        if services:
+            Console().print(services_table(services, title="services"))
         if not jobs:
             note("no jobs" + (f" in state {state}" if state else ""))
             return
-        Console().print(jobs_table(jobs, now))
+        Console().print(jobs_table(jobs, now, title="jobs" if services else None))
 
 
 def logs(
@@ -201,7 +212,7 @@ def devices(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None
     with session(url, token) as api:
         found = api.devices()
         if as_json:
-            _dump({"devices": [d.model_dump(mode="json") for d in found]})
+            dump({"devices": [d.model_dump(mode="json") for d in found]})
             return
         Console().print(devices_table(found))
 

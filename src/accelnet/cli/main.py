@@ -17,6 +17,7 @@ from accelnet.cli.job_cmd import job_app
 from accelnet.cli.plan_cmd import plan
 from accelnet.cli.run_cmd import run
 from accelnet.cli.serve_cmd import serve
+from accelnet.cli.service_cmd import service_app
 from accelnet.cli.simulate_cmd import simulate
 from accelnet.cli.token_cmd import token_app
 
@@ -61,6 +62,7 @@ app.add_typer(comm_app, name="comm")
 app.add_typer(bench_app, name="bench")
 app.add_typer(device_app, name="device")
 app.add_typer(token_app, name="token")
+app.add_typer(service_app, name="service")
 app.command("demo")(demo)
 app.command("plan")(plan)
 app.command("run")(run)

@@ -29,6 +29,7 @@ from accelnet.client.models import (
     JobsPage,
     LogChunk,
     PolicyOut,
+    ServiceOut,
     TenantOut,
     WhoAmI,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "JobsPage",
     "LogChunk",
     "PolicyOut",
+    "ServiceOut",
     "Stream",
     "TenantOut",
     "WhoAmI",

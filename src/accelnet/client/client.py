@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from accelnet.client.config import resolve
 from accelnet.client.errors import ApiError, unreachable
-from accelnet.client.jobspecs import JobLike, file_specs, spec_dict
+from accelnet.client.jobspecs import JobLike, ServiceLike, file_specs, service_dict, spec_dict
 from accelnet.client.models import (
     AuditPage,
     DeviceOpOut,
@@ -48,6 +48,7 @@ from accelnet.client.models import (
     JobsPage,
     LogChunk,
     PolicyOut,
+    ServiceOut,
     TenantOut,
     WhoAmI,
 )
@@ -532,9 +533,43 @@ class Client:
             body["round_s"] = round_s
         return self._parse(PolicyOut, self.request("PUT", f"{V1}/policy", body=body))
 
+    # ----- services ---------------------------------------------------------------------
+    def services(self) -> list[ServiceOut]:
+        """The tenant's running services (an admin: every tenant's)."""
+        return self._get(_Services, f"{V1}/services").services
+
+    def service(self, name: str, tenant: str | None = None) -> ServiceOut:
+        """One service: URL, replicas, p50/p95/p99, events (``tenant``: an admin's
+        choice)."""
+        params = {"tenant": tenant} if tenant else {}
+        return self._get(ServiceOut, f"{V1}/services/{_segment(name)}", **params)
+
+    def create_service(self, spec: ServiceLike) -> ServiceOut:
+        """Start a service from a spec (a mapping, a ``ServiceSpec``, or a YAML/JSON file,
+        checked here first: ``ServiceSpecError`` names the line and key)."""
+        r = self.request("POST", f"{V1}/services", body=service_dict(spec))
+        return self._parse(ServiceOut, r)
+
+    def update_service(self, spec: ServiceLike, tenant: str | None = None) -> ServiceOut:
+        """Roll the service named in ``spec`` onto it (one replica at a time)."""
+        body = service_dict(spec)
+        name = str(body.get("name", ""))
+        r = self.request("PUT", f"{V1}/services/{_segment(name)}", params={"tenant": tenant},
+                         body=body)  # fmt: skip
+        return self._parse(ServiceOut, r)
+
+    def delete_service(self, name: str, tenant: str | None = None) -> ServiceOut:
+        """Stop a service: its router closes and its replicas are cancelled."""
+        r = self.request("DELETE", f"{V1}/services/{_segment(name)}", params={"tenant": tenant})
+        return self._parse(ServiceOut, r)
+
     def audit(self, since: int = 0, limit: int = 500) -> AuditPage:
         """State-changing calls after ``since`` (admin): who, what, how it ended."""
         return self._get(AuditPage, f"{V1}/audit", since=since, limit=limit)
+
+
+class _Services(BaseModel):
+    services: list[ServiceOut]
 
 
 class _Devices(BaseModel):

@@ -38,3 +38,22 @@ def file_specs(path: str | os.PathLike[str]) -> list[JobSpec]:
     from accelnet.sched.jobfile import load_jobs  # noqa: PLC0415 (the scheduler's models: only for files)
 
     return load_jobs(Path(path))
+
+
+ServiceLike = Mapping[str, Any] | BaseModel | str | os.PathLike[str]
+"""A service spec: a mapping (docs/serve.md), a ``ServiceSpec``, or a YAML/JSON file."""
+
+
+def service_dict(spec: ServiceLike) -> dict[str, Any]:
+    """The JSON body of a service spec; a file is read and validated here first."""
+    if isinstance(spec, str | os.PathLike):
+        from accelnet.serve.spec import load_service  # noqa: PLC0415 (only for files)
+
+        spec = load_service(Path(spec))
+    if isinstance(spec, BaseModel):
+        out: dict[str, Any] = spec.model_dump(mode="json", exclude_unset=True)
+        return out
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    raise TypeError(f"a service spec is a mapping, a ServiceSpec or a file, "
+                    f"not {type(spec).__name__}")  # fmt: skip

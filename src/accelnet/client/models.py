@@ -179,3 +179,56 @@ class LogChunk(_Out):
     offset: int
     next_offset: int
     attempt: int
+
+
+class ServiceReplicaOut(_Out):
+    """One replica of a service: its job, device model, port, whether it takes requests."""
+
+    id: str
+    job: str
+    model: str | None = None
+    port: int
+    ready: bool
+    stopping: bool = False
+
+
+class ServiceStatsOut(_Out):
+    """The router's figures over the service's scaling window (ms; None: no request)."""
+
+    window_s: float
+    requests: int
+    rate: float
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    errors: int = 0
+    rejected: int = 0
+    inflight: int = 0
+    queued: int = 0
+
+
+class ServiceEventOut(_Out):
+    """Something a service did, ``ago_s`` seconds ago."""
+
+    ago_s: float
+    what: str
+    detail: str
+
+
+class ServiceOut(_Out):
+    """A service: where it answers, its replicas, its figures, its latest events."""
+
+    name: str
+    tenant: str
+    url: str
+    state: str
+    version: int
+    updating: bool = False
+    ready: int
+    min_replicas: int
+    max_replicas: int
+    goal_p95_ms: float | None = None
+    replicas: list[ServiceReplicaOut] = []
+    stats: ServiceStatsOut
+    events: list[ServiceEventOut] = []
+    spec: dict[str, Any] = {}

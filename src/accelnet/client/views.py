@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelnet.client.models import DeviceOut, EventOut, JobOut, PolicyOut, WhoAmI
+from accelnet.client.models import DeviceOut, EventOut, JobOut, PolicyOut, ServiceOut, WhoAmI
 
 STATE_STYLE = {
     "succeeded": "green",
@@ -117,6 +117,56 @@ def job_detail(job: JobOut, events: Sequence[EventOut], now: float) -> Group:
             log.add_column(col, overflow="fold")
         for e in events:
             log.add_row(time.strftime("%H:%M:%S", time.localtime(e.at)), e.kind, e.detail)
+        parts.append(log)
+    return Group(*parts)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def _replica_models(svc: ServiceOut) -> str:
+    counts = Counter(r.model or "any" for r in svc.replicas if r.ready and not r.stopping)
+    return ", ".join(f"{n}x {m}" for m, n in sorted(counts.items())) or "-"
+
+
+def services_table(services: Sequence[ServiceOut], title: str | None = None) -> Table:
+    """Services: replicas ready of min..max and on which models, requests/s, p50/p95/p99
+    (red past the goal), errors, the address."""
+    table = Table(title=title, title_justify="left", expand=False)
+    for col in ("service", "tenant", "replicas", "on", "req/s", "p50", "p95", "p99",
+                "errors", "url"):  # fmt: skip
+        table.add_column(col, no_wrap=col in ("service", "url"), overflow="fold")
+    for s in services:
+        st = s.stats
+        over = s.goal_p95_ms is not None and st.p95_ms is not None and st.p95_ms > s.goal_p95_ms
+        p95 = Text(_ms(st.p95_ms), style="red" if over else "")
+        errors = Text(str(st.errors + st.rejected), style="red" if st.errors else "")
+        replicas = f"{s.ready}/{len(s.replicas)} ({s.min_replicas}..{s.max_replicas})"
+        name = s.name + (f" v{s.version}" + (" (updating)" if s.updating else "")
+                         if s.version > 1 else "")  # fmt: skip
+        table.add_row(name, s.tenant, replicas, _replica_models(s), f"{st.rate:.1f}",
+                      _ms(st.p50_ms), p95, _ms(st.p99_ms), errors, s.url)  # fmt: skip
+    return table
+
+
+def service_detail(svc: ServiceOut) -> Group:
+    """One service: its summary, its replicas, its latest events."""
+    parts: list[RenderableType] = [services_table([svc])]
+    reps = Table(title="replicas", title_justify="left")
+    for col in ("replica", "job", "model", "port", "state"):
+        reps.add_column(col)
+    for r in svc.replicas:
+        state = "stopping" if r.stopping else "ready" if r.ready else "starting"
+        style = {"ready": "green", "starting": "yellow", "stopping": "dim"}[state]
+        reps.add_row(r.id, r.job, r.model or "any", str(r.port), Text(state, style=style))
+    parts.append(reps)
+    if svc.events:
+        log = Table(title="events", title_justify="left")
+        for col in ("ago", "what", "detail"):
+            log.add_column(col, overflow="fold")
+        for e in svc.events[-15:]:
+            log.add_row(duration(e.ago_s), e.what, e.detail)
         parts.append(log)
     return Group(*parts)
 

@@ -44,7 +44,7 @@ from accelnet.monitor.names import (
     SAMPLE_FIELDS,
     MetricDef,
 )
-from accelnet.monitor.source import DeviceInfo, JobInfo, LinkUse, MetricsSource
+from accelnet.monitor.source import DeviceInfo, JobInfo, LinkUse, MetricsSource, ServiceInfo
 from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, HistogramSnapshot, histogram
 from accelnet.sched import JobState
 
@@ -112,7 +112,7 @@ class AccelnetCollector:
         return [_family(d) for d in METRICS.values()]
 
     def collect(self) -> list[Metric]:
-        """One scrape: jobs, scheduler decisions, devices, links."""
+        """One scrape: jobs, scheduler decisions, devices, links, services."""
         out = _Families()
         _jobs(out, self._source.jobs(), self._wait_buckets)
         decisions = self._source.decisions()
@@ -122,6 +122,8 @@ class AccelnetCollector:
             _device(out, dev)
         for link in self._source.links():
             _link(out, link)
+        for svc in self._source.services():
+            _service(out, svc)
         return out.result()
 
 
@@ -169,6 +171,25 @@ def _jobs(out: _Families, jobs: Iterable[JobInfo], bounds: Sequence[float]) -> N
             out.add("accelnet_jobs", (state, tenant), counts.get((tenant, state), 0))
         wait = histogram(waits[tenant], bounds)
         out.add_histogram("accelnet_queue_wait_seconds", (tenant,), wait)
+
+
+# ----- services -------------------------------------------------------------------------------
+SERVICE_STATES: Final = ("starting", "ready", "stopping")
+
+
+def _service(out: _Families, svc: ServiceInfo) -> None:
+    labels = (svc.name, svc.tenant)
+    out.add_histogram("accelnet_service_request_duration_seconds", labels, svc.latency)
+    for code, n in sorted(svc.requests.items()):
+        out.add("accelnet_service_requests_total", (*labels, code), n)
+    out.add("accelnet_service_retries_total", labels, svc.retries)
+    models = sorted({m for m, _ in svc.replicas})
+    for model in models:  # every state of a model the service uses, 0 included
+        for state in SERVICE_STATES:
+            out.add("accelnet_service_replicas", (*labels, model, state),
+                    svc.replicas.get((model, state), 0))  # fmt: skip
+    out.add("accelnet_service_inflight_requests", labels, svc.inflight)
+    out.add("accelnet_service_queued_requests", labels, svc.queued)
 
 
 # ----- devices --------------------------------------------------------------------------------

@@ -130,6 +130,21 @@ _DEFS: tuple[MetricDef, ...] = (
               "(started_at - submitted_at, the latest attempt's start)."),
     MetricDef("accelnet_scheduler_decision_seconds", "histogram", "s", (),
               "Wall time of each scheduler decision."),
+    # ----- services (accelnet.serve): each router's counts since it started -----
+    MetricDef("accelnet_service_request_duration_seconds", "histogram", "s",
+              ("service", "tenant"),
+              "Latency of each request through the service's router, to its last byte."),
+    MetricDef("accelnet_service_requests_total", "counter", "1", ("service", "tenant", "code"),
+              "Requests the router answered, by HTTP status (code=\"none\": no replica "
+              "answered; 429: every replica saturated)."),
+    MetricDef("accelnet_service_retries_total", "counter", "1", ("service", "tenant"),
+              "Requests sent again to another replica (the first one was unreachable or died)."),
+    MetricDef("accelnet_service_replicas", "gauge", "1", ("service", "tenant", "model", "state"),
+              "Replicas by device model and state (starting, ready, stopping)."),
+    MetricDef("accelnet_service_inflight_requests", "gauge", "1", ("service", "tenant"),
+              "Requests at the service's replicas now."),
+    MetricDef("accelnet_service_queued_requests", "gauge", "1", ("service", "tenant"),
+              "Requests waiting in the router for a replica to be ready."),
     # ----- devices: state -----
     MetricDef("accelnet_device_info", "gauge", "1",
               (*_DEV, "vendor", "modelName", "UUID", "pci_bus_id"),

@@ -89,6 +89,22 @@ class LinkUse:
         return self.used_bps / self.capacity_bps if self.capacity_bps > 0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    """One service (:mod:`accelnet.serve`): its router's counts since it started and its
+    replicas now. ``requests`` by status code (``"none"``: no replica answered),
+    ``replicas`` by ``(device model, state)`` with state ``starting|ready|stopping``."""
+
+    name: str
+    tenant: str
+    latency: HistogramSnapshot
+    requests: Mapping[str, int]
+    retries: int
+    replicas: Mapping[tuple[str, str], int]
+    inflight: int
+    queued: int
+
+
 class MetricsSource(Protocol):
     """What the metrics read, once per scrape, from whatever runs the cluster.
 
@@ -114,6 +130,10 @@ class MetricsSource(Protocol):
         """Scheduler decision durations (:meth:`DecisionTimer.snapshot`); None if not timed."""
         ...
 
+    def services(self) -> Iterable[ServiceInfo]:
+        """The running services (an empty iterable when there are none)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -123,6 +143,7 @@ class Snapshot:
     device_list: Sequence[DeviceInfo] = ()
     link_list: Sequence[LinkUse] = ()
     decision_times: HistogramSnapshot | None = None
+    service_list: Sequence[ServiceInfo] = ()
 
     def jobs(self) -> Iterable[JobInfo]:
         """See :class:`MetricsSource`."""
@@ -139,6 +160,10 @@ class Snapshot:
     def decisions(self) -> HistogramSnapshot | None:
         """See :class:`MetricsSource`."""
         return self.decision_times
+
+    def services(self) -> Iterable[ServiceInfo]:
+        """See :class:`MetricsSource`."""
+        return self.service_list
 
 
 # ----- builders from the runtime's and the fabric's types ---------------------------------

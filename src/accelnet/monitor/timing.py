@@ -32,6 +32,11 @@ QUEUE_WAIT_BUCKETS: Final[tuple[float, ...]] = (
 )  # fmt: skip
 """Upper bounds (s) for queue waits: a local start (100 ms) to a day."""
 
+SERVICE_BUCKETS: Final[tuple[float, ...]] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+"""Upper bounds (s) for a service's request latencies: 1 ms to 30 s."""
+
 
 def check_bounds(bounds: Sequence[float]) -> tuple[float, ...]:
     """``bounds`` as a tuple; ValueError unless non-empty, finite and strictly increasing
@@ -77,8 +82,9 @@ class HistogramSnapshot:
         return [*zip(self.bounds, self.cumulative, strict=True), (math.inf, self.count)]
 
 
-class _Counts:
-    """Per-bucket (not cumulative) counts, with the +Inf bucket last."""
+class Counts:
+    """A histogram being filled: per-bucket (not cumulative) counts, with the +Inf bucket
+    last. Not thread-safe (its owner locks); :meth:`snapshot` for the collector."""
 
     __slots__ = ("bounds", "count", "per_bucket", "total")
 
@@ -89,6 +95,7 @@ class _Counts:
         self.total = 0.0
 
     def add(self, value: float) -> None:
+        """Observe ``value`` (finite and >= 0, else ValueError)."""
         if not value >= 0 or not math.isfinite(value):
             raise ValueError(f"an observed duration must be finite and >= 0, got {value}")
         self.per_bucket[bisect.bisect_left(self.bounds, value)] += 1
@@ -96,6 +103,7 @@ class _Counts:
         self.total += value
 
     def snapshot(self) -> HistogramSnapshot:
+        """The counts so far, cumulated."""
         cumulative: list[int] = []
         running = 0
         for n in self.per_bucket[:-1]:
@@ -106,7 +114,7 @@ class _Counts:
 
 def histogram(values: Iterable[float], bounds: Sequence[float]) -> HistogramSnapshot:
     """The histogram of ``values`` (each finite and >= 0, else ValueError)."""
-    counts = _Counts(bounds)
+    counts = Counts(bounds)
     for v in values:
         counts.add(v)
     return counts.snapshot()
@@ -126,7 +134,7 @@ class DecisionTimer:
         buckets: Sequence[float] = DECISION_BUCKETS,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self._counts = _Counts(buckets)
+        self._counts = Counts(buckets)
         self._timer = timer
         self._lock = threading.Lock()
 

@@ -220,6 +220,8 @@ class LocalCluster(DeviceOps):
         if self.care is not None:
             self.care.listeners += [self.power, self.history]
         self._lock = threading.Lock()
+        self._services: dict[tuple[str, str], Any] = {}  # (tenant, name) -> Service
+        self._services_lock = threading.Lock()
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -239,7 +241,10 @@ class LocalCluster(DeviceOps):
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the controller, the workers and their tasks; keep the store's contents."""
+        """Stop the services, the controller, the workers and their tasks; keep the store's
+        contents."""
+        for service in self.services():
+            service.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -339,9 +344,37 @@ class LocalCluster(DeviceOps):
         from accelnet.serve.spec import ServiceSpec  # noqa: PLC0415
 
         parsed = spec if isinstance(spec, ServiceSpec) else ServiceSpec.model_validate(spec)
-        service = Service(self, parsed, tick_s=tick_s, **options)
-        service.start()
+        key = (parsed.tenant, parsed.name)
+        with self._services_lock:
+            if key in self._services:
+                raise ValueError(f"tenant {parsed.tenant!r} runs a service named "
+                                 f"{parsed.name!r} already")  # fmt: skip
+            service = Service(self, parsed, tick_s=tick_s,
+                              on_close=lambda: self._forget(key), **options)  # fmt: skip
+            self._services[key] = service
+        try:
+            service.start()
+        except BaseException:
+            service.close()
+            raise
         return service
+
+    def services(self) -> list[Any]:
+        """The running services (:class:`~accelnet.serve.service.Service`), by tenant and
+        name."""
+        with self._services_lock:
+            return [self._services[k] for k in sorted(self._services)]
+
+    def service(self, name: str, tenant: str = "default") -> Any:
+        """Tenant ``tenant``'s running service ``name``; KeyError if there is none."""
+        with self._services_lock:
+            if (tenant, name) not in self._services:
+                raise KeyError(f"tenant {tenant!r} runs no service named {name!r}")
+            return self._services[tenant, name]
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        with self._services_lock:
+            self._services.pop(key, None)
 
     def submit_file(self, path: str | Path) -> list[Job]:
         """Run every job of a YAML/JSON job file (each after the jobs it consumes);

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from accelnet.monitor.timing import SERVICE_BUCKETS, Counts, HistogramSnapshot
 from accelnet.serve.upstream import Answer, BrokenError, NotConnectedError, Pool
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -98,6 +99,16 @@ class Stats:
     by_replica: dict[str, int] = field(default_factory=dict)  # requests served
 
 
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The router's counts since it started (what ``/metrics`` exports): every request's
+    latency, requests by status (``"none"``: no replica answered), retries."""
+
+    latency: HistogramSnapshot
+    codes: dict[str, int]
+    retries: int
+
+
 def _quantile(sorted_values: list[float], q: float) -> float:
     k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
     return sorted_values[k]
@@ -129,6 +140,9 @@ class Router:
         self._replicas: dict[str, Replica] = {}
         self._records: deque[Record] = deque(maxlen=_WINDOW_KEPT)
         self._queued = 0
+        self._latency = Counts(SERVICE_BUCKETS)
+        self._codes: dict[str, int] = {}
+        self._retries = 0
         self._last: float | None = None
         self._ready = asyncio.Event()  # set while some replica is ready (loop thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,6 +208,11 @@ class Router:
             mean_inflight=sum(r.latency_s for r in served) / window_s,
             by_replica=by,
         )
+
+    def totals(self) -> Totals:
+        """Counts since the router started (see :class:`Totals`)."""
+        with self._lock:
+            return Totals(self._latency.snapshot(), dict(self._codes), self._retries)
 
     # ----- its server -------------------------------------------------------------------
     def start(self, port: int = 0) -> str:
@@ -286,7 +305,12 @@ class Router:
         now = self._clock()
         with self._lock:
             rid = None if replica is None else replica.rid
-            self._records.append(Record(now, now - t0, status, rid, retried))
+            took = max(0.0, now - t0)
+            self._records.append(Record(now, took, status, rid, retried))
+            self._latency.add(took)
+            code = str(status) if status else "none"
+            self._codes[code] = self._codes.get(code, 0) + 1
+            self._retries += retried
 
     def _done(self, replica: Replica, t0: float, ok: bool) -> None:
         with self._lock:

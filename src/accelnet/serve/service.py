@@ -8,7 +8,10 @@ ticks every ``tick_s``:
    the service picked free on 127.0.0.1. Once its job runs and ``GET readiness.path``
    answers 2xx, the router sends it requests; one that is not ready within
    ``readiness.timeout_s`` is cancelled. A replica whose job ended (its process died, its
-   device failed) leaves the router; the autoscaler's floor brings a new one. One the
+   device failed) leaves the router; the autoscaler's floor brings a new one. Replicas that
+   end before they were ever ready (a command that fails at once) are not restarted in a
+   tight loop: the next waits 0.5 s, then twice as long each time, up to a minute
+   (``backoff`` events), until one becomes ready. One the
    router could not reach is taken out until it answers its readiness check again.
 2. A new replica's device model is :func:`~accelnet.serve.autoscale.pick_model`'s choice
    among the models with a free device (``choose_model=False``: the replica asks for any
@@ -24,6 +27,8 @@ The local backend only for now: replicas serve on this machine (127.0.0.1).
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from accelnet.devices import DeviceState
+from accelnet.monitor.source import ServiceInfo
 from accelnet.runtime.handoff import free_port
 from accelnet.sched import JobState
 from accelnet.serve.autoscale import (
@@ -49,6 +55,8 @@ if TYPE_CHECKING:
     from accelnet.runtime.sdk import Job, LocalCluster
 
 _PROBE_S = 1.0  # a readiness check's timeout
+BACKOFF_S = 0.5  # the first wait after a replica ended before it was ready; doubles
+BACKOFF_MAX_S = 60.0
 
 
 @dataclass(slots=True, eq=False)
@@ -77,8 +85,10 @@ class Service:
         drain_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         choose_model: bool = True,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self.cluster = cluster
+        self._on_close = on_close  # told once the service has stopped
         self.choose_model = choose_model  # False: the scheduler places any accepted model
         self.spec = spec
         self.tick_s = tick_s
@@ -89,6 +99,9 @@ class Service:
         self.events: list[tuple[float, str, str]] = []  # (time, what, detail)
         self._reps: dict[str, _Rep] = {}
         self._next = 0
+        self._last_target = -1  # the replica count last noted
+        self._failures = 0  # replicas in a row that ended before they were ever ready
+        self._hold_until = -math.inf  # no new replica before then (crash-loop back-off)
         self.version = 1  # of the spec new replicas are made from (see update)
         self._roll_size = 0  # replicas the service had when its update began
         self._lock = threading.Lock()
@@ -102,11 +115,27 @@ class Service:
     def start(self) -> str:
         """Start the router and the first replicas; the service's URL."""
         self.url = self.router.start()
+        self._clear_leftovers()
         self._scale_to(self.spec.replicas.min)
         self._thread = threading.Thread(target=self._loop, name=f"service-{self.spec.name}",
                                         daemon=True)  # fmt: skip
         self._thread.start()
         return self.url
+
+    def _clear_leftovers(self) -> None:
+        """Cancel the replica jobs an earlier run of this service left in the store (the
+        server stopped or crashed while it ran: a durable store brings them back with no
+        router in front of them); new replicas are numbered after them."""
+        name = re.compile(rf"{re.escape(self.spec.name)}\.(\d+)")
+        live = [s for s in JobState if not s.is_finished()]
+        for rec in self.cluster.store.jobs(live):
+            hit = name.fullmatch(rec.spec.name)
+            if hit is None or rec.spec.tenant != self.spec.tenant or rec.spec.port is None:
+                continue
+            self._next = max(self._next, int(hit.group(1)) + 1)
+            with contextlib.suppress(Exception):
+                self.cluster.cancel(rec.id)
+            self._note("gone", f"{rec.spec.name} left by an earlier run: cancelled")
 
     def close(self) -> None:
         """Stop the replicas and the router; idempotent."""
@@ -123,6 +152,9 @@ class Service:
                 rep.job.cancel()
         self.router.close()
         self._probe.close()
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
 
     def __enter__(self) -> Service:
         self.start()
@@ -139,6 +171,10 @@ class Service:
                             "ready": r.ready, "stopping": r.stopping_since is not None}
                     for r in self._reps.values()}  # fmt: skip
 
+    def now(self) -> float:
+        """The service's clock (its ``events`` are times on it)."""
+        return self._clock()
+
     def ready_count(self) -> int:
         """Replicas taking requests."""
         return len(self.router.replicas())
@@ -146,6 +182,21 @@ class Service:
     def stats(self, window_s: float | None = None) -> Stats:
         """The router's figures over ``window_s`` (default: the scaling window)."""
         return self.router.stats(window_s or self.spec.scaling.window_s)
+
+    def info(self) -> ServiceInfo:
+        """What ``/metrics`` exports of this service (see
+        :class:`~accelnet.monitor.source.ServiceInfo`)."""
+        totals = self.router.totals()
+        st = self.router.stats(self.spec.scaling.window_s)
+        replicas: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for r in self._reps.values():
+                state = ("stopping" if r.stopping_since is not None
+                         else "ready" if r.ready else "starting")  # fmt: skip
+                key = (r.model or "any", state)
+                replicas[key] = replicas.get(key, 0) + 1
+        return ServiceInfo(self.spec.name, self.spec.tenant, totals.latency, totals.codes,
+                           totals.retries, replicas, st.inflight, st.queued)  # fmt: skip
 
     def update(self, spec: ServiceSpec) -> int:
         """Roll the service onto ``spec`` (a new command, env, device models, goal...; the
@@ -210,6 +261,12 @@ class Service:
                 self._reps.pop(rep.rid, None)
             how = "stopped" if rep.stopping_since is not None else f"ended {state.value}"
             self._note("gone", f"{rep.rid} {how}")
+            if rep.stopping_since is None and not rep.ready:
+                self._failures += 1  # it never served: back off before the next one
+                wait = min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self._failures - 1))
+                self._hold_until = now + wait
+                why = f"{self._failures} replicas in a row ended before they were ready"
+                self._note("backoff", f"{why}: the next starts in {wait:g} s")
             return
         if rep.stopping_since is not None:
             view = rep.router_view
@@ -226,6 +283,7 @@ class Service:
         if self._answers(rep):
             if not rep.ready:
                 rep.ready = True
+                self._failures = 0
                 placed = rep.job.record.placement
                 rep.model = rep.model or (placed.model if placed is not None else None)
                 model = rep.model or "?"
@@ -259,7 +317,9 @@ class Service:
             for rep in self._surplus(live)[: len(live) - target]:
                 rep.stopping_since = self._clock()
                 self.router.remove(rep.rid)
-        self._note("scale", str(target))
+        if target != self._last_target:
+            self._last_target = target
+            self._note("scale", str(target))
 
     def _roll(self) -> None:
         """One step of an update (one replica of surge, none unavailable): old replicas not
@@ -293,6 +353,8 @@ class Service:
         return sorted(live, key=key)
 
     def _add_replica(self) -> None:
+        if self._clock() < self._hold_until:
+            return  # backing off (see _reconcile); a later tick asks again
         port = free_port()
         if port is None:
             self._note("error", "no free port on 127.0.0.1 for a replica")

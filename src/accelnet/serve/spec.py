@@ -13,12 +13,22 @@ device health apply) whose rank 0 serves on ``$ACCELNET_PORT`` (also ``$PORT``) 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from accelnet.sched.spec import JobSpec, ResourcesSpec
-from accelnet.specio import SpecModel, StrictFloat, StrictInt
+from accelnet.specio import (
+    SpecError,
+    SpecIssue,
+    SpecModel,
+    StrictFloat,
+    StrictInt,
+    parse_text,
+    read_text,
+    validation_issues,
+)
 
 _NAME = r"^[\w][\w.-]*$"
 
@@ -102,3 +112,23 @@ class ServiceSpec(SpecModel):
             "run": self.run, "env": dict(self.env), "resources": resources, "port": port,
             "launch": "per-host", "workload": {"category": "inference"},
         })  # fmt: skip
+
+
+class ServiceSpecError(SpecError):
+    """An invalid service file: every problem, with its key path and line."""
+
+    what = "service spec"
+
+
+def load_service(path: str | Path) -> ServiceSpec:
+    """Read and validate a service file (YAML or JSON); ServiceSpecError names the file,
+    the line and the key of each problem."""
+    source = str(path)
+    text = read_text(path, ServiceSpecError)
+    data, node = parse_text(text, source, ServiceSpecError, source.lower().endswith(".json"))
+    if not isinstance(data, dict):
+        raise ServiceSpecError(source, [SpecIssue("", "a service spec is a mapping")])
+    try:
+        return ServiceSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ServiceSpecError(source, validation_issues(exc, data, node, ServiceSpec)) from None

@@ -10,7 +10,8 @@ well under a second). On an emulated device (``ACCELNET_EMULATED=1``) each reque
 holds the device for ``--base-ms`` scaled by the device model's speed (the catalog's FP16
 peak against 100 TFLOP/s, at most 1 s), one request at a time, as a real accelerator
 would serialise them: an emulated H100 answers faster than an L4, a T4 slower. A CPU core
-(emulated or not) computes for real and holds nothing more.
+(emulated or not) computes for real and holds nothing more, unless ``--hold-ms`` asks for a
+fixed hold per request (one request at a time) on any device.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def service_seconds(base_ms: float, model_name: str | None) -> float:
     return min(MAX_HOLD_S, base_ms / 1e3 * REFERENCE_TFLOPS / tflops)
 
 
-def make_app(base_ms: float) -> Any:
-    """The Starlette app (trains the model first)."""
+def make_app(base_ms: float, hold_ms: float = 0.0) -> Any:
+    """The Starlette app (trains the model first); ``hold_ms``: a fixed extra hold per
+    request on any device (a heavier model's time), one request at a time."""
     import numpy as np  # noqa: PLC0415
     from sklearn.datasets import load_digits  # noqa: PLC0415
     from sklearn.linear_model import LogisticRegression  # noqa: PLC0415
@@ -58,7 +60,7 @@ def make_app(base_ms: float) -> Any:
     model_name = os.environ.get("ACCELNET_DEVICE_MODEL")
     emulated = os.environ.get("ACCELNET_EMULATED") == "1"
     version = os.environ.get("SERVICE_VERSION", "1")
-    hold = service_seconds(base_ms, model_name) if emulated else 0.0
+    hold = (service_seconds(base_ms, model_name) if emulated else 0.0) + hold_ms / 1e3
     busy = asyncio.Lock()
 
     async def healthz(request: Request) -> PlainTextResponse:
@@ -103,9 +105,15 @@ def main(argv: list[str] | None = None) -> None:
         default=20.0,
         help="ms per request on a 100 TFLOP/s device, when emulated (default 20)",
     )
+    p.add_argument(
+        "--hold-ms",
+        type=float,
+        default=0.0,
+        help="a fixed extra hold per request on any device, one at a time",
+    )
     args = p.parse_args(argv)
-    uvicorn.run(make_app(args.base_ms), host="127.0.0.1", port=args.port, log_level="warning",
-                access_log=False)  # fmt: skip
+    app = make_app(args.base_ms, args.hold_ms)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":
