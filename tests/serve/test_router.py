@@ -200,3 +200,31 @@ def test_a_request_its_replica_dropped_is_retried_only_when_it_may_be_sent_twice
     finally:
         r.close()
         drop.close()
+
+
+def test_an_affinity_key_keeps_its_replica_and_moves_only_when_that_one_leaves() -> None:
+    made = [Upstream(n) for n in ("a", "b", "c")]
+    r = Router("svc", max_inflight=4)
+    r.start()
+    try:
+        for u in made:
+            r.add(Replica(u.name, u.url, "L4"))
+        keys = [f"stream-{i}" for i in range(12)]
+
+        def where(key: str) -> str:
+            got = httpx.get(f"{r.url}/hello", timeout=10, headers={"X-Accelnet-Affinity": key})
+            assert got.status_code == 200
+            return got.text
+
+        first = {k: where(k) for k in keys}
+        assert all(where(k) == first[k] for k in keys for _ in range(3))  # sticky
+        assert len(set(first.values())) >= 2  # spread over the replicas
+        gone = first[keys[0]]
+        r.remove(gone)
+        after = {k: where(k) for k in keys}
+        assert all(after[k] == first[k] for k in keys if first[k] != gone)  # others stay
+        assert all(after[k] != gone for k in keys)
+    finally:
+        r.close()
+        for u in made:
+            u.close()

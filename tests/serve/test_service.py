@@ -87,12 +87,18 @@ class Load:
         return any(t.is_alive() for t in self.threads)
 
 
-def test_a_service_grows_with_its_load_survives_a_replica_kill_and_shrinks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("classifier", ["logreg", "torch"])
+def test_a_service_grows_with_its_load_survives_a_replica_kill_and_shrinks(
+    tmp_path: Path, classifier: str
+) -> None:
+    spec = {**SPEC, "run": f"{SPEC['run']} --model {classifier}"}
     with LocalCluster("mixed-lab", workdir=tmp_path / "work") as cluster, \
-            cluster.serve(SPEC) as svc:  # fmt: skip
+            cluster.serve(spec) as svc:  # fmt: skip
         wait_for(lambda: svc.ready_count() == 1, "the first replica")
         (first,) = svc.router.replicas()
         assert first.model == "L4"  # least power per unit of speed before any measurement
+        answer = httpx.get(f"{svc.url}/predict", params={"index": 0}, timeout=30).json()
+        assert answer["classifier"] == classifier
         load = Load(svc.url, clients=6, budget=80)
         load.start()
         wait_for(lambda: svc.ready_count() >= 2, "a replica added for the load")

@@ -12,7 +12,10 @@ idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE) and for requests that carry
 answers 429 with ``Retry-After`` (back-pressure, not a queue that grows without end); with
 no replica ready yet (a service scaled to zero, or starting) a request waits up to
 ``queue_s`` in a bounded queue (``max_queued``), then 503. Responses are streamed through
-as they come (video frames, token streams).
+as they come (video frames, token streams). A request carrying ``X-Accelnet-Affinity``
+goes to the replica that key hashes to among the free ones (rendezvous hashing), so a
+stateful stream (a video's background model, a chat's cache) stays on one replica while it
+is there and not saturated.
 
 The router is a plain ASGI app (no framework: every layer is time on every request; an
 answer up to 1 MiB that says its length is relayed in one write) and runs its own uvicorn
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import threading
 import time
@@ -39,6 +43,7 @@ from accelnet.monitor.timing import SERVICE_BUCKETS, Counts, HistogramSnapshot
 from accelnet.serve.upstream import Answer, BrokenError, NotConnectedError, Pool
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+AFFINITY = b"x-accelnet-affinity"  # requests with the same value go to the same replica
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                   "te", "trailers", "transfer-encoding", "upgrade", "host",
                   "content-length"})  # fmt: skip
@@ -107,6 +112,14 @@ class Totals:
     latency: HistogramSnapshot
     codes: dict[str, int]
     retries: int
+
+
+def _rendezvous(key: bytes, rid: str) -> int:
+    """Highest-random-weight hashing: the replica with the largest value takes the key, so
+    a key moves only when its replica leaves (or is busy), never when another one comes or
+    goes."""
+    digest = hashlib.blake2b(key + b"\0" + rid.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -291,13 +304,16 @@ class Router:
             self._ready.clear()
 
     # ----- requests (the router's loop) --------------------------------------------------
-    def _pick(self, tried: set[str]) -> Replica | None:
+    def _pick(self, tried: set[str], affinity: bytes | None = None) -> Replica | None:
         with self._lock:
             free = [r for r in self._replicas.values()
                     if r.up and r.rid not in tried and r.inflight < self.max_inflight]  # fmt: skip
             if not free:
                 return None
-            best = min(free, key=lambda r: ((r.inflight + 1) / r.weight, r.rid))
+            if affinity is not None:  # the same key, the same replica while it is there
+                best = max(free, key=lambda r: _rendezvous(affinity, r.rid))
+            else:
+                best = min(free, key=lambda r: ((r.inflight + 1) / r.weight, r.rid))
             best.inflight += 1
             return best
 
@@ -351,6 +367,7 @@ class Router:
         raw = scope["headers"]
         method = scope["method"]
         retry_ok = method in IDEMPOTENT or any(k == b"idempotency-key" for k, _ in raw)
+        affinity = next((v for k, v in raw if k == AFFINITY), None)
         headers = [(k, v) for k, v in raw if k.lower() not in _HOP_B]
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
@@ -358,7 +375,7 @@ class Router:
         tried: set[str] = set()
         retried = 0
         while True:
-            replica = self._pick(tried)
+            replica = self._pick(tried, affinity)
             if replica is None:
                 if self.replicas() and all(r.rid not in tried for r in self.replicas()):
                     self._record(t0, 429, None, retried)  # all saturated: push back

@@ -288,6 +288,11 @@ def _draw(pixels: Gray, boxes: list[Box]) -> npt.NDArray[np.uint8]:
     return out
 
 
+def annotated(pixels: Gray, boxes: list[Box]) -> Image.Image:
+    """The frame with its boxes drawn: a palette image of 64 greys and the box colour."""
+    return _to_image(_draw(pixels, boxes))
+
+
 def _palette() -> list[int]:
     greys = [c for g in range(_GREYS) for c in (g * 4 + 2,) * 3]
     return greys + list(_BOX_RGB)

@@ -68,6 +68,8 @@ export function fmtAge(seconds) {
 export const now = () => Date.now() / 1000;
 export const fmtTime = (at) => (at ? new Date(at * 1000).toLocaleString() : dash);
 export const jobHref = (id) => `#/jobs/${encodeURIComponent(id)}`;
+export const serviceHref = (tenant, name) =>
+  `#/services/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`;
 
 export function toast(message, kind) {
   const el = $('#toast');
