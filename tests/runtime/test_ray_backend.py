@@ -281,6 +281,34 @@ def test_a_job_launched_per_host_runs_setup_then_torchrun_on_each_node(
 
 
 @pytest.mark.slow
+def test_a_service_serves_from_replicas_on_ray_nodes_through_its_router(
+    cluster: Any, tmp_path: Path
+) -> None:
+    # issue 24 on Ray: two replicas of the digits service on the nodes' L4s, reached by
+    # their node's address (ACCELNET_BIND; 127.0.0.1 for this cluster's nodes)
+    import httpx
+
+    spec = {"name": "digits", "run": f"{sys.executable} -m accelnet.workloads.digits_service",
+            "resources": {"accelerators": "L4:1"}, "replicas": {"min": 2, "max": 2}}  # fmt: skip
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
+    with LocalCluster(workdir=tmp_path / "work", ray=options) as c, c.serve(spec) as svc:
+        wait_for(lambda: svc.ready_count() == 2, "two replicas on Ray nodes", 120)
+        answered = set()
+        for k in range(40):
+            r = httpx.get(f"{svc.url}/predict", params={"index": k}, timeout=30)
+            assert r.status_code == 200, r.text
+            answered.add(r.headers["x-accelnet-replica"])
+        assert answered == set(svc.replicas())  # both replicas took requests
+        hosts = set()
+        for rep in svc.replicas().values():
+            placed = c.job(str(rep["job"])).record.placement
+            assert placed is not None
+            hosts |= {d.split("/")[0] for d in placed.devices}
+        assert hosts <= {"n1", "n2"}  # the L4 nodes
+        assert {r.url.split(":")[1] for r in svc.router.replicas()} == {"//127.0.0.1"}
+
+
+@pytest.mark.slow
 def test_a_preempted_ddp_job_resumes_across_ray_nodes_from_its_checkpoint(
     cluster: Any, tmp_path: Path
 ) -> None:
@@ -433,6 +461,8 @@ def test_the_demo_runs_across_the_ray_cluster(cluster: Any, tmp_path: Path) -> N
         assert data["training"]["last_loss"] < data["training"]["first_loss"]
     for gang in ("render-tiles", "data-partitions", *training):  # 4 devices: no node has as many
         assert len({d.split("/")[0] for d in jobs[gang]["devices"]}) >= 2
+    service = data["service"]  # the inference service's replicas on Ray nodes
+    assert service["requests"] > 0 and service["failed"] == 0, service
     video = {d.split("/")[0] for d in jobs["video-pipeline"]["devices"]}
     assert len(video) == 1  # a pipeline's stages share memory: one machine
     for rel in ("inference/report.json", "render/render.png", "data/summary.json",

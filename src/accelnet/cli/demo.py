@@ -259,11 +259,7 @@ def _demo(
             live.update(_table(run, emulated, title))
         records = {name: job.record for name, job in run.jobs.items()}
         loss_plot = run.finish_training()
-        service: dict[str, Any] = {"failed": 0}
-        if ray is None:  # a service's router reaches replicas on this machine only, so far
-            service = _service_phase(cluster, console, 8.0 if quick else 12.0, start, timeout)
-        else:
-            run.skipped["inference-service"] = "services run on the local backend only, so far"
+        service = _service_phase(cluster, console, 8.0 if quick else 12.0, start, timeout)
     ok = all(r.state.value == "succeeded" for r in records.values()) and not service["failed"]
     report = find_report(records["video-pipeline"].result)
     if report is not None:

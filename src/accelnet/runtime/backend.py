@@ -113,6 +113,12 @@ class Backend(ABC):
     def close(self) -> None:
         """Stop every worker and task."""
 
+    def address_of(self, host: str) -> str:
+        """Where a task on ``host`` is reached (a service replica's server, which binds
+        ``$ACCELNET_BIND`` or 127.0.0.1): 127.0.0.1 here; a backend over several machines
+        answers the host's node address."""
+        return "127.0.0.1"
+
 
 class SupportsRefresh(ABC):
     """Capability: make a released device clean before the next job gets it."""

@@ -51,6 +51,7 @@ from accelnet.runtime.ray_nodes import NodeReport, build_fabric_of
 from accelnet.runtime.ray_parts import CHECKPOINT_PART
 
 NODE_ENV = "ACCELNET_RAY_NODE"
+BIND_ENV = "ACCELNET_BIND"  # the node's address: where a service replica listens
 _IDLE_POLL_S = 0.5  # the pump's longest wait for its backend (calls wake it at once)
 _EARLY_KEPT = 10_000  # cancels of tasks not launched (yet): kept up to this many
 _LINGER_S = 0.002  # news of a start waits this long for the task's end
@@ -124,6 +125,9 @@ class NodeAgent:
         self.setup = setup
         report = setup.report
         self.host = report.host
+        import ray  # noqa: PLC0415 (the agent runs inside Ray)
+
+        self.address = str(ray.util.get_node_ip_address())  # as Ray knows this node
         fabric = build_fabric_of([report])
         self.devices = tuple(fabric.devices)
         self.shared = _reads_token(setup)
@@ -136,6 +140,7 @@ class NodeAgent:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._logs = self.workdir / "logs"  # task logs, when the driver's are out of reach
         os.environ[NODE_ENV] = report.node_id  # device workers (and their tasks) inherit it
+        os.environ[BIND_ENV] = self.address  # where a task's server listens (services)
         self._clock = SystemClock()
         self.backend = LocalBackend(
             fabric.devices, self.workdir, self._clock, recycle=setup.recycle,
@@ -163,15 +168,13 @@ class NodeAgent:
     def hello(self) -> dict[str, Any]:
         """Who and where the agent is (the driver waits for this before using it)."""
         return {"pid": os.getpid(), "node_id": self.setup.report.node_id, "host": self.host,
-                "workdir": str(self.workdir), "shared": self.shared}  # fmt: skip
+                "workdir": str(self.workdir), "shared": self.shared,
+                "address": self.address}  # fmt: skip
 
     def rendezvous(self) -> tuple[str, int | None]:
         """This node's address (the one Ray knows it by) and a TCP port free on it now:
         where rank 0 of a gang across nodes listens (``MASTER_ADDR``, ``MASTER_PORT``)."""
-        import ray  # noqa: PLC0415 (the agent runs inside Ray)
-
-        addr = str(ray.util.get_node_ip_address())
-        return addr, free_port(addr)
+        return self.address, free_port(self.address)
 
     def launch(
         self,

@@ -323,6 +323,12 @@ class RayBackend(
         name = re.sub(r"[^\w.-]", "_", job_id)
         return str(self._workdir / "outputs" / ("_" if name in ("", ".", "..") else name))
 
+    def address_of(self, host: str) -> str:
+        """``host``'s node address, as its agent reported it (127.0.0.1 for the nodes of a
+        cluster on this machine)."""
+        node = self._nodes.get(host)
+        return node.address if node is not None else "127.0.0.1"
+
     def output_hosts(self, job_id: str) -> list[str]:
         """The hosts that hold parts of ``job_id``'s outputs (where the tasks of its last
         attempt succeeded). Thread-safe."""

@@ -113,6 +113,7 @@ class _Members:
     def _hello(self, host: str, info: Mapping[str, Any]) -> None:
         node = self.nodes[host]
         node.up, node.shared, node.heard = True, bool(info["shared"]), time.monotonic()
+        node.address = str(info.get("address") or node.address)
         node.sent_path, node.polls, node.seq = None, 0, 0
 
     def _refuse(self, host: str, why: str) -> None:

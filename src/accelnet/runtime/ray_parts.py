@@ -33,6 +33,7 @@ class _Node:
     agent: Any = None
     up: bool = False
     shared: bool = False  # its files are on the driver's file system
+    address: str = "127.0.0.1"  # the node's address, as Ray knows it (its agent says)
     heard: float = 0.0  # time.monotonic() of its last answer (or of asking, if later)
     polls: int = 0  # long polls outstanding (to its current agent)
     epoch: int = 0  # agents started for it (answers of an earlier one are ignored)

@@ -15,7 +15,7 @@ _GPU_NUMBER = re.compile(r"(\d+)$")
 # accelnet variables (``ACCELNET_TOKEN``, ``ACCELNET_URL``, the server's own settings; the
 # backend sets a task's own ones afresh) except those in KEPT_ENV, and anything whose name says
 # it is a secret. A task that needs a secret gets it from its spec's ``env``.
-KEPT_ENV = frozenset({"ACCELNET_RAY_NODE", "ACCELNET_EMULATE", "ACCELNET_HOST"})
+KEPT_ENV = frozenset({"ACCELNET_RAY_NODE", "ACCELNET_EMULATE", "ACCELNET_HOST", "ACCELNET_BIND"})
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|PRIVATE_?KEY|_DB$")
 
 

@@ -21,7 +21,9 @@ ticks every ``tick_s``:
    cut.
 3. ``events`` lists what it did, with times (``scale`` to N, a replica ``ready``, ``gone``).
 
-The local backend only for now: replicas serve on this machine (127.0.0.1).
+On the local backend replicas serve on 127.0.0.1; on the Ray backend on their node's
+address (``$ACCELNET_BIND``, what ``Backend.address_of`` answers for the replica's host),
+where the router and the readiness checks reach them.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class _Rep:
     port: int
     asked_at: float
     version: int = 1
+    address: str | None = None  # its node's address, once placed
     ready: bool = False
     stopping_since: float | None = None
     router_view: Replica | None = None
@@ -288,7 +291,8 @@ class Service:
                 rep.model = rep.model or (placed.model if placed is not None else None)
                 model = rep.model or "?"
                 speed = self._figures[model].speed if model in self._figures else 1.0
-                rep.router_view = Replica(rep.rid, f"http://127.0.0.1:{rep.port}", model, speed)
+                rep.router_view = Replica(rep.rid, f"http://{rep.address}:{rep.port}", model,
+                                          speed)  # fmt: skip
                 self._note("ready", f"{rep.rid} on {model}")
             assert rep.router_view is not None
             rep.router_view.up = True
@@ -300,7 +304,13 @@ class Service:
                 rep.job.cancel()
 
     def _answers(self, rep: _Rep) -> bool:
-        url = f"http://127.0.0.1:{rep.port}{self.spec.readiness.path}"
+        if rep.address is None:
+            placed = rep.job.record.placement
+            if placed is None:
+                return False
+            host = self.cluster.fabric.devices[placed.devices[0]].host
+            rep.address = self.cluster.backend.address_of(host)
+        url = f"http://{rep.address}:{rep.port}{self.spec.readiness.path}"
         try:
             return self._probe.get(url).is_success
         except httpx.HTTPError:

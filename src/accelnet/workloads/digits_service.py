@@ -1,7 +1,8 @@
 """The digits classifier as an HTTP service: ``python -m accelnet.workloads.digits_service``.
 
-Serves on 127.0.0.1:``$PORT`` (accelnet gives a service's replicas ``ACCELNET_PORT`` and
-``PORT``; ``--port`` overrides): ``GET /healthz`` (ready once the model is trained),
+Serves on ``$ACCELNET_BIND:$PORT`` (accelnet gives a service's replicas ``ACCELNET_PORT``
+and ``PORT``, and on Ray their node's address as ``ACCELNET_BIND``; 127.0.0.1 without it;
+``--port`` overrides): ``GET /healthz`` (ready once the model is trained),
 ``POST /predict`` with ``{"pixels": [64 numbers 0..16]}`` or ``GET /predict?index=k`` (the
 k-th held-out digit) answers ``{"digit": d, "device", "model", "version", "classifier"}``
 (``version``: ``$SERVICE_VERSION``, default 1), ``GET /pid``.
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     app = make_app(args.base_ms, args.hold_ms, args.model)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    host = os.environ.get("ACCELNET_BIND", "127.0.0.1")  # a Ray node's address, on Ray
+    uvicorn.run(app, host=host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

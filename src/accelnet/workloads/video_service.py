@@ -1,7 +1,8 @@
 """Real-time video as a service: frames in, annotated frames out.
 
-``python -m accelnet.workloads.video_service`` serves on 127.0.0.1:``$PORT`` (accelnet
-gives a service's replicas ``ACCELNET_PORT`` and ``PORT``; ``--port`` overrides):
+``python -m accelnet.workloads.video_service`` serves on ``$ACCELNET_BIND:$PORT`` (accelnet
+gives a service's replicas ``ACCELNET_PORT`` and ``PORT``, and on Ray their node's address
+as ``ACCELNET_BIND``; 127.0.0.1 without it; ``--port`` overrides):
 
 - ``POST /frames?stream=S&width=W&height=H`` with a frame's grey pixels (``W*H`` bytes,
   row by row) answers the frame annotated with the boxes of what moves in it (a PNG), the
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     app = make_app(args.base_ms, args.streams)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    host = os.environ.get("ACCELNET_BIND", "127.0.0.1")  # a Ray node's address, on Ray
+    uvicorn.run(app, host=host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":
