@@ -164,6 +164,7 @@ class LocalCluster(DeviceOps):
         task_cwd: Literal["inherit", "scratch"] = "inherit",
     ) -> None:
         users = run_as if isinstance(run_as, TenantUsers) else TenantUsers(run_as)
+        self.users = users  # who each tenant's tasks run as (services check their listeners)
         if users.active and ray is not None:
             raise ValueError("run_as: tasks run as another user on the local backend only")
         if isinstance(policy, str | Path):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import threading
 import time
@@ -42,6 +43,7 @@ import httpx
 from accelnet.devices import DeviceState
 from accelnet.monitor.source import ServiceInfo
 from accelnet.runtime.handoff import free_port
+from accelnet.runtime.local_backend import LocalBackend
 from accelnet.sched import JobState
 from accelnet.serve.autoscale import (
     Autoscaler,
@@ -50,6 +52,7 @@ from accelnet.serve.autoscale import (
     catalog_speed,
     pick_model,
 )
+from accelnet.serve.ownership import listener_uid
 from accelnet.serve.router import Replica, Router, Stats
 from accelnet.serve.spec import ServiceSpec
 
@@ -71,6 +74,7 @@ class _Rep:
     asked_at: float
     version: int = 1
     address: str | None = None  # its node's address, once placed
+    squatted: bool = False  # its port was found held by another user's process
     ready: bool = False
     stopping_since: float | None = None
     router_view: Replica | None = None
@@ -312,9 +316,29 @@ class Service:
             rep.address = self.cluster.backend.address_of(host)
         url = f"http://{rep.address}:{rep.port}{self.spec.readiness.path}"
         try:
-            return self._probe.get(url).is_success
+            if not self._probe.get(url).is_success:
+                return False
         except httpx.HTTPError:
             return False
+        return self._owned(rep)
+
+    def _owned(self, rep: _Rep) -> bool:
+        """Whether the process answering on the replica's port runs as the replica's tenant
+        (see :mod:`accelnet.serve.ownership`; the local backend only). One that does not is
+        never sent a request; the replica is given up when its readiness time runs out."""
+        if rep.address != "127.0.0.1" or not isinstance(self.cluster.backend, LocalBackend):
+            return True
+        user = self.cluster.users.get(self.spec.tenant)
+        want = user.uid if user is not None else os.getuid()
+        got = listener_uid(rep.port, rep.address)
+        if got == want:
+            return True
+        if not rep.squatted:
+            rep.squatted = True
+            self._note("error", f"{rep.rid}: port {rep.port} is held by a process of uid "
+                                f"{got if got is not None else '?'}, not the tenant's "
+                                f"({want}): no request goes there")  # fmt: skip
+        return False
 
     # ----- scaling ------------------------------------------------------------------------
     def _scale_to(self, target: int) -> None:
