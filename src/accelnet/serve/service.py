@@ -120,7 +120,10 @@ class Service:
 
     # ----- life ---------------------------------------------------------------------------
     def start(self) -> str:
-        """Start the router and the first replicas; the service's URL."""
+        """Start the router and the first replicas; the service's URL. Started already (a
+        service from :meth:`LocalCluster.serve` used in a ``with``): its URL, nothing more."""
+        if self._thread is not None:
+            return self.url
         self.url = self.router.start()
         self._clear_leftovers()
         self._scale_to(self.spec.replicas.min)
