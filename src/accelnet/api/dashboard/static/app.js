@@ -4,20 +4,20 @@
 // (kept in sessionStorage, sent as "Authorization: Bearer"). Live updates: the server's
 // event stream (GET /api/v1/events, Accept: text/event-stream), read with fetch() because
 // EventSource cannot send the Authorization header; every event schedules a refresh.
-// Readings that change without an event (utilization, power, temperature) and logs are
-// polled; when the stream is down, everything is polled every 2 s.
+// Readings that change without an event (utilization, power, temperature), logs and an
+// open service page are polled; when the stream is down, everything is polled every 2 s.
 //
 // Every value from the server goes into the page as text (textContent, attributes),
 // never as HTML: job names, details and logs are written by users.
 //
-// Modules: dom.js (helpers), fabric.js (the map), views.js (tables, job page), this one
-// (state, the API, signing in, routing, refreshing, live updates).
+// Modules: dom.js (helpers), fabric.js (the map), views.js (tables, job and service
+// pages), this one (state, the API, signing in, routing, refreshing, live updates).
 
 import { $, clear, now, sleep, toast } from './dom.js';
 import { drawFabric, linkKey, paintFabric } from './fabric.js';
 import {
   ACTIVE, FINISHED, focusDevice, renderActivity, renderDevices, renderJob, renderQueue,
-  renderTenants,
+  renderService, renderServices, renderTenants,
 } from './views.js';
 
 const API = '/api/v1';
@@ -25,6 +25,8 @@ const TOKEN_KEY = 'accelnet.token';
 const POLL_LIVE_MS = 5000;   // telemetry refresh while the stream is up
 const POLL_DOWN_MS = 2000;   // everything, while the stream is down
 const LOG_POLL_MS = 1000;    // a running job's log
+const SERVICE_POLL_MS = 1000; // an open service page (its latency chart)
+const SPARK_KEEP = 120;      // latency points kept for a service page's chart
 const MIN_REFRESH_MS = 1000; // between two refreshes
 const LOG_KEEP = 256 * 1024; // characters of log kept on the page
 const ACTIVITY_KEEP = 40;
@@ -38,6 +40,7 @@ const state = {
   active: [],
   recent: [],
   tenants: [],
+  services: [],
   linkUse: null,      // Map("a|b" -> utilization 0..1) from /metrics, when it has them
   metricsRetryAt: 0,
   activity: [],
@@ -46,6 +49,9 @@ const state = {
   jobId: null,
   job: null,
   log: { key: '', offset: 0, attempt: 0, text: '' },
+  svc: null,          // the open service page: {tenant, name, key}
+  service: null,      // its latest answer
+  spark: [],          // its polled latencies: [{t, p50, p95}], oldest first
   stream: null,       // AbortController of the event stream
   live: 'off',
   timers: [],
@@ -110,7 +116,8 @@ function signOut(why) {
   sessionStorage.removeItem(TOKEN_KEY);
   Object.assign(state, {
     token: null, who: null, fabric: null, map: null, devices: [], active: [], recent: [],
-    tenants: [], activity: [], lastSeq: 0, job: null, linkUse: null, metricsRetryAt: 0,
+    tenants: [], services: [], activity: [], lastSeq: 0, job: null, linkUse: null,
+    metricsRetryAt: 0, svc: null, service: null, spark: [],
   });
   clear($('#fabric-map'));
   clear($('#activity'));
@@ -119,6 +126,7 @@ function signOut(why) {
   $('#logout').hidden = true;
   $('#overview').hidden = true;
   $('#job-page').hidden = true;
+  $('#service-page').hidden = true;
   $('#login').hidden = false;
   $('#login-error').textContent = why || '';
   $('#token-input').value = '';
@@ -141,13 +149,30 @@ function setupLogin() {
   $('#logout').addEventListener('click', () => signOut(''));
 }
 
-// ----- routing: #/ (overview), #/jobs/<id> ------------------------------------------------
+// ----- routing: #/ (overview), #/jobs/<id>, #/services/<tenant>/<name> ------------------
 
 function route() {
   if (!state.token) return;
   const m = location.hash.match(/^#\/jobs\/(.+)$/);
-  if (m) {
+  const sm = location.hash.match(/^#\/services\/([^/]+)\/([^/]+)$/);
+  if (sm) {
+    state.view = 'service';
+    state.jobId = null;
+    const svc = { tenant: decodeURIComponent(sm[1]), name: decodeURIComponent(sm[2]) };
+    svc.key = `${svc.tenant}/${svc.name}`;
+    if (!state.svc || state.svc.key !== svc.key) {
+      Object.assign(state, { svc, service: null, spark: [] });
+      for (const sel of ['#service-facts', '#service-chart', '#service-latency',
+        '#service-replicas tbody', '#service-events tbody']) clear($(sel));
+      $('#service-replicas-summary').textContent = '';
+      $('#service-title').textContent = svc.name;
+      $('#service-state').textContent = '';
+      $('#service-state').className = 'badge';
+      for (const sel of ['#service-error', '#service-stop']) $(sel).hidden = true;
+    }
+  } else if (m) {
     state.view = 'job';
+    Object.assign(state, { svc: null, service: null, spark: [] });
     const id = decodeURIComponent(m[1]);
     if (id !== state.jobId) {
       state.jobId = id;
@@ -166,9 +191,11 @@ function route() {
   } else {
     state.view = 'overview';
     state.jobId = null;
+    Object.assign(state, { svc: null, service: null, spark: [] });
   }
   $('#overview').hidden = state.view !== 'overview';
   $('#job-page').hidden = state.view !== 'job';
+  $('#service-page').hidden = state.view !== 'service';
   refreshSoon(0, true);
 }
 
@@ -197,6 +224,7 @@ async function refresh() {
   state.lastRefresh = Date.now();
   try {
     if (state.view === 'job') await refreshJob();
+    else if (state.view === 'service') await refreshService();
     else await refreshOverview();
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 401)) {
@@ -209,12 +237,13 @@ async function refresh() {
 }
 
 async function refreshOverview() {
-  const [fabric, devices, active, recent, tenants] = await Promise.all([
+  const [fabric, devices, active, recent, tenants, services] = await Promise.all([
     state.fabric ? Promise.resolve(state.fabric) : api('fabric'),
     api('devices'),
     api(`jobs?state=${ACTIVE.join(',')}&limit=500`),
     api(`jobs?state=${FINISHED.join(',')}&limit=8`),
     api('tenants'),
+    api('services'),
   ]);
   await refreshLinkUse();
   if (!state.token || state.view !== 'overview') return;  // signed out, or moved on
@@ -233,9 +262,11 @@ async function refreshOverview() {
   state.active = active.jobs;
   state.recent = recent.jobs;
   state.tenants = tenants.tenants;
+  state.services = services.services;
   paintFabric(state.map, state.devices, state.linkUse, $('#fabric-legend'));
   renderDevices(state.devices, state.who.role === 'admin', deviceOp);
   renderQueue(state.active, state.recent);
+  renderServices(state.services);
   renderTenants(state.tenants);
   renderActivity(state.activity);
 }
@@ -365,6 +396,64 @@ function setupJobPage() {
   });
 }
 
+// ----- the service page -------------------------------------------------------------------
+
+const servicePath = (svc) =>
+  `services/${encodeURIComponent(svc.name)}?tenant=${encodeURIComponent(svc.tenant)}`;
+
+/** Whoever may stop a service: an admin, or a user of its tenant (as the API says). */
+const mayStop = (svc) => state.who.role === 'admin'
+  || (state.who.role !== 'viewer' && state.who.tenant === svc.tenant);
+
+/** Poll the open service and add its latencies to the chart's points (the newest
+ * SPARK_KEEP: about two minutes at one poll a second). */
+async function refreshService() {
+  const svc = state.svc;
+  let sv;
+  try {
+    sv = await api(servicePath(svc));
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404 && svc === state.svc) {
+      for (const sel of ['#service-facts', '#service-chart', '#service-latency',
+        '#service-replicas tbody', '#service-events tbody']) clear($(sel));
+      $('#service-title').textContent = svc.name;
+      $('#service-state').textContent = 'not found';
+      $('#service-state').className = 'badge';
+      $('#service-stop').hidden = true;
+      $('#service-error').hidden = false;
+      $('#service-error').textContent = err.message;
+      return;
+    }
+    throw err;
+  }
+  if (svc !== state.svc) return;  // moved on
+  state.service = sv;
+  state.spark.push({ t: Date.now(), p50: sv.stats.p50_ms, p95: sv.stats.p95_ms });
+  if (state.spark.length > SPARK_KEEP) state.spark.splice(0, state.spark.length - SPARK_KEEP);
+  $('#service-error').hidden = true;
+  renderService(sv, state.spark, SPARK_KEEP, mayStop(svc));
+}
+
+function setupServicePage() {
+  const stop = $('#service-stop');
+  stop.addEventListener('click', async () => {
+    const svc = state.svc;
+    if (!svc || !window.confirm(`Stop service ${svc.key}? Its router closes and its replicas' `
+      + 'jobs are cancelled.')) return;
+    stop.disabled = true;
+    try {
+      await api(servicePath(svc), { method: 'DELETE' });
+      toast(`${svc.key}: stopped`);
+      if (svc === state.svc) location.hash = '#/';
+    } catch (err) {
+      toast(`${svc.key}: ${err.message}`, 'error');
+      refreshSoon(0, true);
+    } finally {
+      stop.disabled = false;
+    }
+  });
+}
+
 // ----- live updates -------------------------------------------------------------------------
 
 function setLive(mode) {
@@ -453,6 +542,9 @@ function startLive() {
   state.timers.push(setInterval(() => {
     if (state.view === 'job' && state.job && !FINISHED.includes(state.job.state)) refreshSoon(0);
   }, LOG_POLL_MS));
+  state.timers.push(setInterval(() => {
+    if (state.view === 'service') refreshSoon(0);
+  }, SERVICE_POLL_MS));
 }
 
 function stopLive() {
@@ -468,6 +560,7 @@ function stopLive() {
 function start() {
   setupLogin();
   setupJobPage();
+  setupServicePage();
   window.addEventListener('hashchange', route);
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) resume(saved);

@@ -1,7 +1,8 @@
-// The tables and the job page: render functions over the API's answers (no fetching).
+// The tables, the job page and the service page: render functions over the API's
+// answers (no fetching).
 
 import {
-  $, clear, dash, fmtAge, fmtBytes, fmtNum, fmtTime, h, jobHref, now,
+  $, clear, dash, fmtAge, fmtBytes, fmtNum, fmtTime, h, jobHref, now, s, serviceHref,
 } from './dom.js';
 
 export const QUEUED = ['pending', 'admitted'];
@@ -216,6 +217,172 @@ export function renderJob(job, events, role) {
     for (let r = 0; r < ranks; r++) sel.append(h('option', { value: r }, String(r)));
     sel.value = keep && Number(keep) < ranks ? keep : '0';
   }
+}
+
+// ----- services --------------------------------------------------------------------------
+
+/** A latency in ms (one decimal under 10 ms; the unit unless ``unit`` is false), or a
+ * dash when the window had no request. */
+const fmtMs = (v, unit) =>
+  fmtNum(v, v !== null && v !== undefined && v < 10 ? 1 : 0, unit === false ? '' : 'ms');
+
+/** Whether a service's p95 is above its goal (false when either is unknown). */
+function overGoal(sv) {
+  const p95 = sv.stats.p95_ms;
+  return sv.goal_p95_ms !== null && p95 !== null && p95 > sv.goal_p95_ms;
+}
+
+/** The device models of the ready replicas: "2x L4, 1x H100-SXM" (most first). */
+function readyModels(replicas) {
+  const counts = {};
+  for (const r of replicas) {
+    if (r.ready && !r.stopping) counts[r.model || '?'] = (counts[r.model || '?'] || 0) + 1;
+  }
+  const text = Object.entries(counts).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+    .map(([m, n]) => `${n}x ${m}`).join(', ');
+  return text || dash;
+}
+
+const replicaState = (r) => (r.stopping ? 'stopping' : r.ready ? 'ready' : 'starting');
+
+export function renderServices(services) {
+  $('#services-card').hidden = !services.length;
+  const tbody = clear($('#services-table tbody'));
+  for (const sv of services) {
+    const st = sv.stats;
+    const errors = st.errors + st.rejected;
+    tbody.append(h('tr', { 'data-service': `${sv.tenant}/${sv.name}`, 'data-state': sv.state },
+      h('td', {}, h('a', { href: serviceHref(sv.tenant, sv.name), class: 'service-link' }, sv.name),
+        h('div', { class: 'muted mono small url' }, sv.url)),
+      h('td', {}, sv.tenant),
+      h('td', { class: 'replicas' },
+        `${sv.ready}/${sv.replicas.length} (${sv.min_replicas}..${sv.max_replicas})`,
+        sv.updating ? h('span', { class: 'muted' }, ' updating') : null),
+      h('td', { class: 'models' }, readyModels(sv.replicas)),
+      h('td', { class: 'num rate' }, fmtNum(st.rate, 1)),
+      h('td', { class: 'num p50' }, fmtMs(st.p50_ms, false)),
+      h('td', {
+        class: `num p95${overGoal(sv) ? ' over' : ''}`,
+        title: sv.goal_p95_ms === null ? 'no p95 goal' : `goal ${sv.goal_p95_ms} ms`,
+      }, fmtMs(st.p95_ms, false)),
+      h('td', { class: 'num p99' }, fmtMs(st.p99_ms, false)),
+      h('td', {
+        class: `num errors${errors ? ' over' : ''}`,
+        title: `${st.errors} failed, ${st.rejected} turned away (429) in ${st.window_s} s`,
+      }, String(errors))));
+  }
+  const ready = services.reduce((n, sv) => n + sv.ready, 0);
+  $('#services-summary').textContent =
+    `${services.length} running · ${ready} replicas ready · latencies in ms`;
+}
+
+/** What one replica asks for, from the spec: "1 x L4 (0.5 each)". */
+function asks(spec) {
+  const acc = spec && spec.resources ? spec.resources.accelerators : null;
+  if (!acc || typeof acc !== 'object') return String(acc || dash);
+  const models = acc.models && acc.models.length ? acc.models.join(' | ') : 'any';
+  return `${acc.count} x ${models}${acc.share && acc.share < 1 ? ` (${acc.share} each)` : ''}`;
+}
+
+export function renderService(sv, points, keep, canStop) {
+  $('#service-title').textContent = sv.name;
+  const st = $('#service-state');
+  st.textContent = sv.state;
+  st.className = `badge st-${sv.state}`;
+  st.dataset.value = sv.state;
+  const stats = sv.stats;
+  const facts = [
+    ['tenant', sv.tenant],
+    ['url', sv.url],
+    ['version', `${sv.version}${sv.updating ? ' · updating' : ''}`],
+    ['goal p95', sv.goal_p95_ms === null ? 'none' : `${sv.goal_p95_ms} ms`],
+    ['replicas', `${sv.ready}/${sv.replicas.length} ready (${sv.min_replicas}..${sv.max_replicas})`],
+    ['each replica', asks(sv.spec)],
+    ['requests', `${fmtNum(stats.rate, 1)}/s · ${stats.requests} in ${stats.window_s} s`],
+    ['in flight', `${stats.inflight} · ${stats.queued} queued`],
+    ['errors', `${stats.errors} failed · ${stats.rejected} turned away`],
+  ];
+  const dl = clear($('#service-facts'));
+  for (const [k, v] of facts) dl.append(h('div', {}, h('dt', {}, k), h('dd', { 'data-fact': k }, v)));
+  $('#service-stop').hidden = !(canStop && sv.state === 'running');
+
+  const over = overGoal(sv);
+  clear($('#service-latency')).append(
+    h('span', { class: 'key p50' }, `p50 ${fmtMs(stats.p50_ms)}`), ' · ',
+    h('span', { class: `key p95${over ? ' over' : ''}` }, `p95 ${fmtMs(stats.p95_ms)}`), ' · ',
+    h('span', { class: 'key p99' }, `p99 ${fmtMs(stats.p99_ms)}`),
+    points.length > 1
+      ? ` · the last ${fmtAge((points[points.length - 1].t - points[0].t) / 1000)}` : null);
+  renderSpark($('#service-chart'), points, keep, sv.goal_p95_ms);
+
+  const tbody = clear($('#service-replicas tbody'));
+  for (const r of sv.replicas) {
+    const state = replicaState(r);
+    tbody.append(h('tr', { 'data-replica': r.id, 'data-state': state },
+      h('td', { class: 'mono' }, r.id),
+      h('td', { class: 'mono job' }, h('a', { href: jobHref(r.job) }, r.job)),
+      h('td', {}, r.model || dash),
+      h('td', { class: 'num' }, String(r.port)),
+      h('td', { class: 'state' }, badge(state, `st-${state}`))));
+  }
+  if (!sv.replicas.length) tbody.append(h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'no replica')));
+  const byState = {};
+  for (const r of sv.replicas) byState[replicaState(r)] = (byState[replicaState(r)] || 0) + 1;
+  $('#service-replicas-summary').textContent = Object.entries(byState).sort()
+    .map(([k, n]) => `${n} ${k}`).join(' · ');
+
+  const events = clear($('#service-events tbody'));
+  for (const e of sv.events.slice().reverse()) {
+    events.append(h('tr', { 'data-what': e.what },
+      h('td', { class: 'num' }, `${fmtAge(e.ago_s)} ago`),
+      h('td', {}, badge(e.what, `ev-${e.what}`)),
+      h('td', {}, e.detail)));
+  }
+  if (!sv.events.length) events.append(h('tr', {}, h('td', { colspan: 3, class: 'muted' }, 'none yet')));
+}
+
+/** The latency sparkline: p50 and p95 (ms) of the polls kept (``keep`` slots, the newest
+ * at the right), a gap where a window had no request, the p95 goal dashed. */
+function renderSpark(box, points, keep, goal) {
+  clear(box);
+  if (points.length < 2) {
+    box.append(h('p', { class: 'muted small' }, 'collecting figures (one a second)…'));
+    return;
+  }
+  const W = 1000, H = 140, TOP = 16, BOTTOM = 6;
+  const values = points.flatMap((p) => [p.p50, p.p95]).filter((v) => v !== null);
+  const peak = Math.max(1, ...values, goal || 0);
+  const top = peak * 1.1;
+  const x = (i) => ((keep - points.length + i) * W) / (keep - 1);
+  const y = (v) => H - BOTTOM - ((H - TOP - BOTTOM) * v) / top;
+  const line = (key) => {
+    let d = '';
+    let pen = false;
+    points.forEach((p, i) => {
+      if (p[key] === null) { pen = false; return; }
+      d += `${pen ? 'L' : 'M'}${x(i).toFixed(1)} ${y(p[key]).toFixed(1)} `;
+      pen = true;
+    });
+    return d.trim();
+  };
+  const apart = !goal || Math.abs(y(peak) - y(goal)) > 14;  // room for both labels
+  const dots = ['p50', 'p95'].map((key) => {
+    const last = points.length - 1;
+    return points[last][key] === null ? null
+      : s('circle', { class: `dot ${key}`, cx: x(last).toFixed(1), cy: y(points[last][key]).toFixed(1), r: 3 });
+  });
+  box.append(s('svg', {
+    id: 'service-spark', class: 'spark', viewBox: `0 0 ${W} ${H}`, role: 'img',
+    'aria-label': 'p50 and p95 latency, ms', 'data-points': points.length,
+  },
+  s('line', { class: 'grid', x1: 0, x2: W, y1: y(0), y2: y(0) }),
+  s('line', { class: 'grid', x1: 0, x2: W, y1: y(peak), y2: y(peak) }),
+  apart ? s('text', { class: 'axis', x: 4, y: y(peak) - 3 }, fmtMs(peak)) : null,
+  goal ? s('line', { class: 'goal', x1: 0, x2: W, y1: y(goal), y2: y(goal) }) : null,
+  goal ? s('text', { class: 'axis goal', x: 4, y: y(goal) - 3 }, `goal ${goal} ms`) : null,
+  s('path', { class: 'p50', d: line('p50') }),
+  s('path', { class: 'p95', d: line('p95') }),
+  dots));
 }
 
 /** Read what the log has beyond what is shown (by byte offset), for the chosen rank
