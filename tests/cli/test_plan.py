@@ -59,3 +59,22 @@ def test_job_validate_and_schema(tmp_path: Path) -> None:
     assert code == 1 and "fabric 'dgx-h100' has no T4" in " ".join(err.split())
     code, out, _ = run("job", "schema")
     assert code == 0 and json.loads(out)["title"] == "JobSpec"
+
+
+def test_plan_lists_every_placement_and_takes_a_frag_aware_job_mix() -> None:
+    code, out, _ = run("plan", "--help")
+    assert code == 0
+    for name in ("best-fit", "first-fit", "frag-aware", "comm-aware"):
+        assert name in out
+    code, out, _ = run("plan", "mixed-lab", str(EXAMPLE), "--json", "--placement",
+                       "frag-aware", "--frag-mix", "1:0.25:3, 1:1:2, 4:1:1")  # fmt: skip
+    assert code == 0, out
+    assert {s["job"] for s in json.loads(out)["starts"]} >= {"train-llm", "serve-digits"}
+    code, _, err = run("plan", "mixed-lab", str(EXAMPLE), "--placement", "frag-aware",
+                       "--frag-mix", "1:0.25:3,2:0.5")  # fmt: skip
+    assert code == 2 and "item 2 '2:0.5'" in err and "count:share:weight" in err
+    code, _, err = run("plan", "mixed-lab", str(EXAMPLE), "--placement", "frag-aware",
+                       "--frag-mix", "2:0.5:1")  # fmt: skip
+    assert code == 2 and "fractional share is one" in err
+    code, _, err = run("plan", "mixed-lab", str(EXAMPLE), "--frag-mix", "1:1:1")
+    assert code == 2 and "--frag-mix is for --placement frag-aware" in err

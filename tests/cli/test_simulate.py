@@ -124,3 +124,21 @@ def test_reservations_and_locality_waits_from_the_command_line(tmp_path: Path) -
     assert r.exit_code == 2 and "not to sjf" in r.output
     r = simulate("--fabric", fab, "--trace", trace, "--locality-wait", "-5")
     assert r.exit_code == 2 and "locality wait" in r.output
+
+
+def test_a_fabric_with_a_model_of_its_own_is_simulated(tmp_path: Path) -> None:
+    # issue 25 item 5: `fabric validate` and `plan` took an A10 the catalog lacks; simulate
+    # refused it ("unknown device model 'A10'"). Its rate comes from its declared figures.
+    fab = tmp_path / "a10.yaml"
+    fab.write_text(
+        "name: a10-lab\nhosts:\n  - name: h0\n    devices:\n"
+        "      - {model: A10, count: 2, kind: gpu, memory_gb: 24, mem_bw_gbps: 600,\n"
+        "         peak_tflops: {fp16: 125, fp32: 31}, max_w: 150}\n"
+    )
+    trace = tmp_path / "two.trace"
+    trace.write_text(TRACE)
+    r = simulate("--fabric", str(fab), "--trace", str(trace), "--json")
+    assert r.exit_code == 0, r.output
+    (run,) = json.loads(r.stdout)["runs"]
+    assert run["metrics"]["jobs"]["finished"] == 2
+    assert run["metrics"]["jct_s"]["avg"] > 0

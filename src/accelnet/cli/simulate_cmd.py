@@ -20,7 +20,7 @@ from rich.progress import (
 )
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
-from accelnet.fabric import UnknownNameError
+from accelnet.fabric import Fabric, UnknownNameError
 from accelnet.sched import Scheduler
 from accelnet.sched.policies import QUEUE_POLICIES
 from accelnet.sim import metrics as sim_metrics
@@ -137,7 +137,7 @@ def simulate(
     if not names:
         fail("--policy: give at least one policy", 2)
     try:
-        model = ThroughputModel.gavel(rates)
+        model = _rates(rates, fab)
         schedulers = _schedulers(names, model, (round_s, placement, reserve_after, locality_wait))
         stream = stream_trace(trace, model, seed)  # lazy: read as the simulation runs
         notes = stream.notes
@@ -206,6 +206,13 @@ def simulate(
 def _jobs(jobs: Iterable[SimJob], locality_wait: float | None) -> Iterable[SimJob]:
     """The trace's jobs, each gang waiting ``locality_wait`` s for one host if given."""
     return jobs if locality_wait is None else prefer_one_host(jobs, locality_wait)
+
+
+def _rates(rates: Path | None, fab: Fabric) -> ThroughputModel:
+    """Gavel's table (or ``rates``), knowing the models the fabric declares itself."""
+    model = ThroughputModel.gavel(rates)
+    model.add_models(d.model for d in fab.devices.values())
+    return model
 
 
 def _schedulers(

@@ -260,6 +260,32 @@ def link_types() -> Mapping[str, LinkType]:
     return MappingProxyType(_LINKS)
 
 
+FAMILIES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "A100": ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "A100-PCIe-40GB"),
+    "A100-PCIe": ("A100-PCIe-80GB", "A100-PCIe-40GB"),
+    "A100-SXM4": ("A100-SXM4-80GB", "A100-SXM4-40GB"),
+    "Alveo": ("Alveo-U250",),
+    "CPU": ("CPU-core",),
+    "H100": ("H100-SXM", "H100-PCIe", "H100-NVL"),
+    "Jetson": ("Jetson-AGX-Orin", "Jetson-Orin-Nano"),
+    "Jetson-AGX": ("Jetson-AGX-Orin",),
+    "Jetson-Orin": ("Jetson-Orin-Nano",),
+    "P100": ("P100-SXM2",),
+    "TPU": ("TPU-v4", "TPU-v5e"),
+    "V100": ("V100-PCIe",),
+})  # fmt: skip
+"""Names a job may ask for that stand for several catalog models (a request for ``H100``
+takes any of the three), besides the model a name or alias denotes itself. Explicit: a
+model a fabric declares that is not in the catalog (``V100-32GB``) is matched by its own
+name only, never by a family."""
+_FAMILY = {_fold(k): v for k, v in FAMILIES.items()}
+
+
+def family(name: str) -> tuple[str, ...]:
+    """The catalog models family ``name`` stands for (case-insensitive); empty if none."""
+    return _FAMILY.get(_fold(name), ())
+
+
 def find_device_model(name: str) -> DeviceModel | None:
     """The model called ``name`` (case-insensitive, aliases accepted), or None."""
     return _BY_NAME.get(_fold(name))

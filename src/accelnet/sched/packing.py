@@ -122,6 +122,22 @@ def _terms(topo: Topology, cls: str, mix: Sequence[Typical]) -> _Terms:
     return _Terms({d: tuple(ts) for d, ts in whole.items()}, tuple(shares))
 
 
+def parse_mix(text: str) -> tuple[Typical, ...]:
+    """A job mix written ``count:share:weight,...`` (``1:0.25:3,1:1:2,4:1:1``: a quarter
+    device weighs 3, one device 2, four devices 1); ValueError naming the bad item."""
+    out = []
+    for i, item in enumerate(x.strip() for x in text.split(",")):
+        parts = item.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            out.append(Typical(int(parts[0]), float(parts[1]), float(parts[2])))
+        except ValueError:
+            raise ValueError(f"job mix item {i + 1} {item!r}: write count:share:weight, "
+                             "e.g. 1:0.5:2") from None  # fmt: skip
+    return check_mix(out)
+
+
 def usable_capacity(index: CapacityIndex, cls: str, mix: Sequence[Typical] = TYPICAL_MIX) -> float:
     """``U`` of the module docstring for class ``cls``: the weighted free capacity the
     typical mix could still use (a full recount, O(domains + devices))."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accelnet.fabric import DomainLevel
-from accelnet.fabric.catalog import device_models, find_device_model
+from accelnet.fabric.catalog import family, find_device_model
 from accelnet.sched.jobinfo import peak_tflops
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import LEVEL_NAMES, DeviceClass, Topology
@@ -55,9 +55,11 @@ class Rejection:
 def canonical_models(spec: JobSpec, topo: Topology) -> tuple[list[str], list[str]]:
     """(model names the fabric knows them by, names matching nothing) for the job's list.
 
-    A name matches its catalog model (aliases included) and the whole family it starts:
-    ``H100`` is H100-SXM, H100-PCIe and H100-NVL; ``V100`` also V100-PCIe. Models named
-    in a fabric spec but not in the catalog match by name. Answers are memoised per fabric.
+    A name matches its catalog model (aliases included) and the catalog family it names
+    (:data:`~accelnet.fabric.catalog.FAMILIES`: ``H100`` is H100-SXM, H100-PCIe and H100-NVL;
+    ``V100`` also V100-PCIe). Models named in a fabric spec but not in the catalog match by
+    their exact name only (``V100`` never takes a custom ``V100-32GB``). Answers are memoised
+    per fabric.
     """
     names = spec.resources.accelerators.models
     found = topo.resolved.get(names)
@@ -73,10 +75,8 @@ def _resolve(names: tuple[str, ...], topo: Topology) -> tuple[tuple[str, ...], t
     for name in names:
         found = find_device_model(name)
         matches = [found.name] if found is not None else []
-        prefix = name.lower() + "-"
-        matches += [m.name for m in device_models() if m.name.lower().startswith(prefix)]
-        matches += [canon for low, canon in here.items() if low == name.lower() or
-                    low.startswith(prefix)]  # fmt: skip
+        matches += family(name)
+        matches += [canon for low, canon in here.items() if low == name.lower()]
         if not matches:
             unknown.append(name)
         for n in matches:

@@ -202,6 +202,7 @@ class ThroughputModel:
         self._known = frozenset(self._job_types)
         self._unc_medians = self._median_unconsolidated_ratios()
         self._cache: dict[_RateKey, float] = {}
+        self._extra: dict[str, DeviceModel] = {}  # a fabric's own models, by folded name
         self._fits: dict[str, tuple[float, float] | None] = {}
         self._generic_scaling: dict[tuple[int, bool], float] = {}
 
@@ -246,6 +247,19 @@ class ThroughputModel:
             return cls(tables, reference, unc, colo)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from exc
+
+    def add_models(self, models: Iterable[DeviceModel]) -> None:
+        """Know the models a fabric declares beyond the catalog (``A10`` with its kind,
+        memory, peak FLOP/s and power): their rates come from their declared peak against
+        the reference, their power from their declared figures. Catalog models are skipped."""
+        for m in models:
+            if find_device_model(m.name) is None:
+                self._extra[m.name.lower()] = m
+
+    def _device_model(self, name: str) -> DeviceModel:
+        """The model called ``name``: one a fabric declared (:meth:`add_models`), else the
+        catalog's (UnknownNameError listing the known ones)."""
+        return self._extra.get(name.lower()) or device_model(name)
 
     def job_types(self) -> tuple[str, ...]:
         """The measured job types, sorted ("generic" is accepted but not listed)."""
@@ -301,7 +315,7 @@ class ThroughputModel:
     def power_w(self, model: str, busy: bool, power_cap_w: float | None = None) -> float:
         """Draw of one device of ``model``: ``max_w`` (or the cap below it) busy, else idle.
         A busy device never draws less than an idle one (a cap below idle cannot be met)."""
-        m = device_model(model)
+        m = self._device_model(model)
         if power_cap_w is not None:
             _check_cap(power_cap_w)
         if not busy:
@@ -322,7 +336,7 @@ class ThroughputModel:
             raise UnknownJobTypeError(job_type, self._job_types)
         if not isinstance(count, int) or count < 1:
             raise ValueError(f"device count must be an integer >= 1, got {count!r}")
-        m = device_model(model)
+        m = self._device_model(model)
         factor = 1.0
         if power_cap_w is not None:
             _check_cap(power_cap_w)

@@ -1,0 +1,23 @@
+def test_a_model_name_never_widens_to_a_custom_model_by_prefix() -> None:
+    # issue 25 item 4: `V100:1` took a fabric's own `V100-32GB`; only catalog families widen
+    from accelnet.fabric import build_fabric, parse_spec
+    from accelnet.fabric.catalog import FAMILIES, find_device_model
+    from accelnet.sched import JobSpec
+    from accelnet.sched.request import canonical_models
+    from accelnet.sched.topology import Topology
+
+    custom = {"model": "V100-32GB", "kind": "gpu", "memory_gb": 32, "mem_bw_gbps": 900,
+              "peak_tflops": {"fp16": 125}, "max_w": 300}  # fmt: skip
+    spec = {"name": "lab", "hosts": [{"name": "a", "devices": ["V100"]},
+                                     {"name": "b", "devices": [custom]}]}  # fmt: skip
+    topo = Topology(build_fabric(parse_spec(spec, "lab")))
+
+    def models(acc: str) -> list[str]:
+        job = JobSpec.model_validate({"name": "j", "run": "x", "resources": {"accelerators": acc}})
+        return canonical_models(job, topo)[0]
+
+    assert "V100-32GB" not in models("V100:1")
+    assert models("V100-32GB:1") == ["V100-32GB"]
+    assert set(models("H100:1")) == {"H100-SXM", "H100-PCIe", "H100-NVL"}
+    for members in FAMILIES.values():  # the table names catalog models only
+        assert all(find_device_model(m) is not None for m in members)
