@@ -35,8 +35,10 @@ def plan(
     cpu_devices: CpuOpt = "per-core",
     frag_mix: Annotated[
         str | None,
-        typer.Option(help="with frag-aware: the typical jobs it keeps room for, "
-                     "count:share:weight,... (e.g. 1:0.5:2,1:1:2,4:1:1)"),
+        typer.Option(
+            help="with frag-aware: the typical jobs it keeps room for, "
+            "count:share:weight,... (e.g. 1:0.5:2,1:1:2,4:1:1)"
+        ),
     ] = None,
 ) -> None:
     """Plan jobs on a fabric without running them: placements and reasons to wait."""
