@@ -20,6 +20,7 @@ import cloudpickle
 
 from accelnet.devices.faults import Fault
 from accelnet.devices.health import Finding
+from accelnet.devices.lifecycle import DeviceState
 from accelnet.devices.probes import judge, no_answer, run_probe
 from accelnet.devices.remediation import KindPolicy
 from accelnet.devices.telemetry import Sampler, SamplerUnavailableError
@@ -67,6 +68,7 @@ class DeviceOps:
     controller: Controller
     store: Store
     backend: LocalBackend | RayBackend
+    fabric: Fabric
     _lock: threading.Lock
 
     def _care(self) -> DeviceCare:
@@ -78,6 +80,17 @@ class DeviceOps:
         fut = self._care().request(op, device, **args)
         self.backend.wakeup()
         return fut.result(timeout)
+
+    def free_by_model(self) -> dict[str, int]:
+        """Devices READY for new work now, by device model (works with device care off)."""
+        with self._lock:
+            states = self.controller.device_states()
+        free: dict[str, int] = {}
+        for dev_id, state in states.items():
+            if state is DeviceState.READY:
+                name = self.fabric.devices[dev_id].model.name
+                free[name] = free.get(name, 0) + 1
+        return free
 
     def devices(self) -> list[DeviceStatus]:
         """Every device: lifecycle state, remediation phase, health and its findings, the

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from accelnet.devices import DeviceState
 from accelnet.monitor.source import ServiceInfo
 from accelnet.runtime.handoff import free_port
 from accelnet.runtime.local_backend import LocalBackend
@@ -415,14 +414,7 @@ class Service:
         self._note("asked", f"{rep.rid} on {model or 'any'} (port {port})")
 
     def _free_by_model(self) -> dict[str, int]:
-        c = self.cluster
-        with c._lock:
-            states = c.controller.device_states()
-        free: dict[str, int] = {}
-        for dev_id, state in states.items():
-            if state is DeviceState.READY:
-                name = c.fabric.devices[dev_id].model.name
-                free[name] = free.get(name, 0) + 1
+        free = self.cluster.free_by_model()
         with self._lock:  # replicas asked for and not placed yet take devices too
             for r in self._reps.values():
                 if r.model is not None and r.job.state in (JobState.PENDING, JobState.ADMITTED):
