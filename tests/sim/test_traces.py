@@ -353,6 +353,16 @@ def test_load_jobs_csv(tmp_path: Path) -> None:
     )
 
 
+def test_a_fractional_jobs_duration_is_wall_time_at_its_share(tmp_path: Path) -> None:
+    # issue 25 item 5: a 0.46 share of a device runs at 46 % of its rate, so a GPU-sharing
+    # trace's duration (wall time) is 0.46 x duration of the device's work
+    text = ("id,arrival,gpus,duration,accelerators\n"
+            "part,0,1,100,T4:0.46\nwhole,0,1,100,T4:1\nplain,0,1,100,\n")  # fmt: skip
+    part, whole, plain = load_jobs(write(tmp_path, "share.csv", text), fake())
+    assert part.work == pytest.approx(0.46 * 100 * 1.0)
+    assert whole.work == plain.work == pytest.approx(100 * 1.0)
+
+
 def test_load_jobs_json(tmp_path: Path) -> None:
     doc = {
         "schema": "accelnet.trace/v1",

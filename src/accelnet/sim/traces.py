@@ -10,7 +10,8 @@ from a file is ever evaluated. Device failures are in :mod:`accelnet.sim.failure
 Units: times in seconds from the trace's start; ``work`` in steps of the job's type, as
 the rate model (:class:`~accelnet.sim.workload.RateModel`) measures them. A duration in a
 trace is a run time on the rate model's reference device model, alone and consolidated:
-it becomes ``duration x reference_rate(job_type, gpus)`` steps.
+it becomes ``duration x reference_rate(job_type, gpus)`` steps (times the share, for a job
+asking for a share of one device: its duration is wall time at that share).
 """
 
 from __future__ import annotations
@@ -143,10 +144,12 @@ def load_jobs(path: str | Path, rates: RateModel) -> list[SimJob]:
     Fields (:data:`JOB_FIELDS`): ``arrival`` (s, required), ``gpus`` (whole, >= 1,
     required), and either ``job_type`` + ``work`` (steps) or ``duration`` (seconds alone on
     the rate model's reference model; ``job_type`` defaults to ``generic``; ``work =
-    duration x reference_rate``). Optional: ``id`` (default ``job-<n>``, n counting jobs
-    from 0), ``tenant``, ``priority``, ``weight``, ``deadline`` (absolute s),
-    ``accelerators`` (e.g. ``H100:4``), ``checkpointable`` (true/false/1/0),
-    ``max_retries``. An empty CSV cell or a JSON null is an absent field.
+    duration x reference_rate``; for a share of a device, ``accelerators: T4:0.5``, the
+    duration is wall time at that share: ``work = duration x reference_rate x share``).
+    Optional: ``id`` (default ``job-<n>``, n counting jobs from 0), ``tenant``,
+    ``priority``, ``weight``, ``deadline`` (absolute s), ``accelerators`` (e.g. ``H100:4``),
+    ``checkpointable`` (true/false/1/0), ``max_retries``. An empty CSV cell or a JSON null
+    is an absent field.
     """
     name, text = read_text(path)
     suffix = Path(path).suffix.lower()
@@ -238,7 +241,10 @@ def _job(at: At, r: Mapping[str, object], index: int, table: Rates) -> SimJob:
     elif "duration" in r:
         job_type = at.text("job_type", r["job_type"]) if "job_type" in r else GENERIC
         duration = at.number("duration", r["duration"], above=0)
-        work = duration * table.rate(at, job_type, gpus)
+        # a share of a device runs at that share of its rate: a fractional job's duration
+        # is its wall time at its share (as GPU-sharing traces record it)
+        share = _share(at, r["accelerators"], gpus) if "accelerators" in r else 1.0
+        work = duration * table.rate(at, job_type, gpus) * share
     else:
         raise at.error("work", None, "give work (steps, with job_type) or duration (seconds)")
     fields: dict[str, object] = {
@@ -266,6 +272,12 @@ def _job(at: At, r: Mapping[str, object], index: int, table: Rates) -> SimJob:
     if "accelerators" in r:
         fields["accelerators"] = _accelerators(at, r["accelerators"], gpus)
     return at.job(**fields)
+
+
+def _share(at: At, value: object, gpus: int) -> float:
+    """The share of a device the job's ``accelerators`` ask for (1.0 for whole devices)."""
+    _accelerators(at, value, gpus)
+    return AcceleratorRequest.model_validate(at.text("accelerators", value)).share
 
 
 def _accelerators(at: At, value: object, gpus: int) -> str:
