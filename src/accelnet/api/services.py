@@ -192,8 +192,7 @@ def describe(service: Any) -> ServiceOut:
     """A running :class:`~accelnet.serve.service.Service` as the API answers it."""
     spec: ServiceSpec = service.spec
     st = service.stats()
-    replicas = [{"id": rid, **{k: v for k, v in r.items()}}
-                for rid, r in sorted(service.replicas().items())]  # fmt: skip
+    replicas = [{"id": rid, **r} for rid, r in sorted(service.replicas().items())]
     now = service.now()
     events = [{"ago_s": max(0.0, now - at), "what": what, "detail": detail}
               for at, what, detail in service.events[-MAX_EVENTS:]]  # fmt: skip

@@ -1,8 +1,11 @@
-"""Small helpers shared by the workloads: output folders, JSON files, range checks."""
+"""Small helpers shared by the workloads: output folders, JSON files, range checks, and
+the HTTP server the service workloads run under."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +46,19 @@ def band(rank: int, world: int, total: int) -> tuple[int, int]:
     size by at most one.
     """
     return rank * total // world, (rank + 1) * total // world
+
+
+def service_args(description: str) -> argparse.ArgumentParser:
+    """A service workload's parser, with ``--port`` (default ``$PORT``, else 8000)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    return p
+
+
+def serve_app(app: Any, port: int) -> None:
+    """Serve ``app`` on ``$ACCELNET_BIND:port`` (a Ray node's address on Ray; 127.0.0.1
+    without it) until stopped."""
+    import uvicorn  # noqa: PLC0415
+
+    host = os.environ.get("ACCELNET_BIND", "127.0.0.1")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -32,7 +32,7 @@ import os
 import secrets
 import signal
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from accelnet.runtime.clock import SystemClock
+
 CHECKPOINT = "ckpt.pt"
 CHECKPOINT_FORMAT = 1
 EXIT_PREEMPTED = 128 + signal.SIGTERM  # 143: stopped, not finished
@@ -54,14 +56,20 @@ TEST_FRACTION = 0.25
 SAME_RUN = ("seed", "global_batch", "lr", "momentum", "hidden")
 
 
+_CLOCK = SystemClock()  # the events' stamps (Unix time)
+
+
 class Preempted:
-    """Set by SIGTERM; read at the next step boundary."""
+    """Set by SIGTERM; read at the next step boundary (``event`` also ends a step's
+    ``--step-sleep`` at once)."""
 
     flag = False
+    event = threading.Event()
 
     @classmethod
     def handler(cls, signum: int, frame: Any) -> None:
         cls.flag = True
+        cls.event.set()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,7 +117,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def emit(event: str, **fields: Any) -> None:
     """One JSON line, in one write: ranks sharing a pipe (torchrun's, which runs them
     unbuffered) never interleave within a line. ``t``: when (Unix time, seconds)."""
-    sys.stdout.write(json.dumps({"event": event, **fields, "t": round(time.time(), 6)}) + "\n")
+    stamp = round(_CLOCK.now(), 6)
+    sys.stdout.write(json.dumps({"event": event, **fields, "t": stamp}) + "\n")
     sys.stdout.flush()
 
 
@@ -296,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
         loss.backward()  # DDP averages the gradients over the ranks
         optimizer.step()
         if args.step_sleep:
-            time.sleep(args.step_sleep)
+            Preempted.event.wait(args.step_sleep)
         # one collective: the global batch's loss, and whether any rank was told to stop
         stats = torch.tensor([loss.item(), float(Preempted.flag)], dtype=torch.float64)
         if distributed:

@@ -18,10 +18,11 @@ request (one request at a time) on any device.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 from typing import Any
+
+from accelnet.workloads._common import serve_app, service_args
 
 REFERENCE_TFLOPS = 100.0
 MAX_HOLD_S = 1.0  # no emulated request holds its device longer
@@ -129,10 +130,7 @@ def make_app(base_ms: float, hold_ms: float = 0.0, model: str = "logreg") -> Any
 
 def main(argv: list[str] | None = None) -> None:
     """Serve until stopped."""
-    import uvicorn  # noqa: PLC0415
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    p = service_args(__doc__.split("\n")[0])
     p.add_argument(
         "--base-ms",
         type=float,
@@ -153,8 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     app = make_app(args.base_ms, args.hold_ms, args.model)
-    host = os.environ.get("ACCELNET_BIND", "127.0.0.1")  # a Ray node's address, on Ray
-    uvicorn.run(app, host=host, port=args.port, log_level="warning", access_log=False)
+    serve_app(app, args.port)
 
 
 if __name__ == "__main__":

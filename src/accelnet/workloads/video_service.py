@@ -25,7 +25,6 @@ a time: an emulated H100 keeps up with more streams than a T4.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import io
 import json
@@ -33,6 +32,8 @@ import os
 import time
 from collections import OrderedDict
 from typing import Any
+
+from accelnet.workloads._common import serve_app, service_args
 
 MAX_SIDE = 1920
 LIVE_MAX_FRAMES = 10_000
@@ -159,10 +160,7 @@ def make_app(base_ms: float, streams: int) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve until stopped."""
-    import uvicorn  # noqa: PLC0415
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    p = service_args(__doc__.split("\n")[0])
     p.add_argument(
         "--base-ms",
         type=float,
@@ -177,8 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     app = make_app(args.base_ms, args.streams)
-    host = os.environ.get("ACCELNET_BIND", "127.0.0.1")  # a Ray node's address, on Ray
-    uvicorn.run(app, host=host, port=args.port, log_level="warning", access_log=False)
+    serve_app(app, args.port)
 
 
 if __name__ == "__main__":
