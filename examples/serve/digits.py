@@ -2,6 +2,7 @@
 replicas between 1 and 4 on H100s, L4s and T4s, grown with a short load ramp and shrunk after.
 
     python examples/serve/digits.py            # about 30 s; prints the replicas as they change
+    python examples/serve/digits.py torch      # the same with a small torch MLP (.[torch])
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ def show(service: object, what: str) -> None:
 
 
 def main() -> None:
+    model = sys.argv[1] if len(sys.argv) > 1 else "logreg"  # logreg or torch
+    spec = {**SPEC, "run": f"{SPEC['run']} --model {model}"}
     with tempfile.TemporaryDirectory() as work, LocalCluster("mixed-lab", workdir=work) as c, \
-            c.serve(SPEC) as svc:  # fmt: skip
+            c.serve(spec) as svc:  # fmt: skip
         while svc.ready_count() < 1:
             time.sleep(0.1)
         print(f"service at {svc.url}")
