@@ -138,3 +138,29 @@ def test_matrix_is_never_squeezed_when_piped() -> None:
     result = runner.invoke(app, ["fabric", "show", "dgx-h100"], env={"COLUMNS": "60"})
     assert "gpu0  gpu1  gpu2" in result.stdout
     assert "nic7" in result.stdout
+
+
+def test_show_lists_host_cpus_and_memory_in_text_and_json(tmp_path: Path) -> None:
+    spec = tmp_path / "f.yaml"
+    spec.write_text(
+        "name: f\nhosts:\n"
+        "  - {name: big, devices: 2xL4, cpus: 96, memory_gb: 768.5}\n"
+        "  - {name: open, devices: 1xT4}\n"
+    )
+    code, out, _ = run("fabric", "show", str(spec))
+    assert code == 0
+    assert "96 CPUs, 768.5 GB RAM" in out
+    code, out, _ = run("fabric", "show", str(spec), "--json")
+    assert code == 0
+    hosts = json.loads(out)["hosts"]
+    assert [(h["cpus"], h["memory_gb"]) for h in hosts] == [(96, 768.5), (None, None)]
+
+
+def test_show_local_machine_json_declares_cpus_and_memory() -> None:
+    import psutil
+
+    code, out, _ = run("fabric", "show", "local", "--cpu-devices", "none", "--json")
+    assert code == 0
+    host = json.loads(out)["hosts"][0]
+    assert host["cpus"] == psutil.cpu_count(logical=True)
+    assert host["memory_gb"] > 0

@@ -469,3 +469,48 @@ def test_real_gpus_are_discovered_and_routed() -> None:
     for a, b in itertools.combinations(gpus, 2):
         route = found.fabric.route(a.id, b.id)
         assert route.level <= Level.NUMA and route.bandwidth_gbps > 0, (a.name, b.name)
+
+
+# ----- CPU cores and memory the host may give jobs --------------------------------------------
+
+
+def test_discovered_host_declares_the_machines_cpus_and_memory() -> None:
+    import psutil
+
+    found, _ = run(nf.dgx_h100(), cpu_devices="none")
+    host = found.fabric.host(HOST)
+    assert host.cpus == psutil.cpu_count(logical=True)
+    assert host.memory_gb == pytest.approx(psutil.virtual_memory().total / 1e9)
+    assert host.memory_gb is not None and host.memory_gb > 0
+
+
+def test_discovery_without_nvml_declares_them_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    host = discover(cpu_devices="none", hostname=HOST).fabric.host(HOST)
+    assert host.cpus == psutil.cpu_count(logical=True)
+    assert host.memory_gb == pytest.approx(psutil.virtual_memory().total / 1e9)
+
+
+def test_discovery_cpus_and_memory_can_be_overridden() -> None:
+    nvml = nf.FakeNvml(nf.dgx_h100())
+    found = discover("none", nvml, HOST, cpus=96, memory_gb=1536.5)
+    host = found.fabric.host(HOST)
+    assert (host.cpus, host.memory_gb) == (96, 1536.5)
+
+
+def test_discovery_falls_back_to_os_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(disc.psutil, "cpu_count", lambda logical=True: None)
+    monkeypatch.setattr(disc.os, "cpu_count", lambda: 12)
+    assert disc.host_cpus() == 12
+    monkeypatch.setattr(disc.os, "cpu_count", lambda: None)
+    assert disc.host_cpus() == 1
+
+
+@pytest.mark.parametrize(("key", "value"), [("cpus", 0), ("memory_gb", -1.0)])
+def test_discovery_rejects_a_bad_override(key: str, value: float) -> None:
+    from accelnet.fabric import FabricError
+
+    with pytest.raises(FabricError, match=f"{key} = {value!r}"):
+        discover("none", nf.FakeNvml(nf.dgx_h100()), HOST, **{key: value})

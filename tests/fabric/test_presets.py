@@ -190,6 +190,14 @@ def test_two_tier_fat_tree_has_no_core() -> None:
         ("fat-tree:hosts=ten", "hosts = 'ten': must be a whole number"),
         ("fat-tree:racks=4", "racks = '4': unknown parameter; known: hosts"),
         ("fat-tree:model=H900", "unknown device model 'H900'"),
+        ("fat-tree:cpus_per_host=0", "cpus_per_host = '0': must be a number > 0"),
+        ("fat-tree:cpus_per_host=-8", "cpus_per_host = '-8': must be a number > 0"),
+        ("fat-tree:cpus_per_host=many", "cpus_per_host = 'many': must be a number"),
+        ("fat-tree:cpus_per_host=nan", "cpus_per_host = 'nan': must be a number > 0"),
+        ("fat-tree:cpus_per_host=100000", "cpus_per_host = '100000': must be a number > 0"),
+        ("fat-tree:memory_gb_per_host=0", "memory_gb_per_host = '0': must be a number > 0"),
+        ("fat-tree:memory_gb_per_host=inf", "memory_gb_per_host = 'inf': must be a number > 0"),
+        ("fat-tree:memory_gb_per_host=", "memory_gb_per_host = '': must be a number"),
     ],
 )
 def test_generator_rejects_bad_parameters(ref: str, needle: str) -> None:
@@ -223,3 +231,16 @@ def test_device_lookup_errors_are_readable() -> None:
         fabric.device("h100box/gpu9")
     assert fabric.device("h100box/gpu3").index == 3
     assert load_preset("dgx-h100").device("3").name == "gpu3"
+
+
+def test_fat_tree_hosts_declare_cpus_and_memory_when_asked() -> None:
+    fabric = load_preset("fat-tree:hosts=40,cpus_per_host=224,memory_gb_per_host=2048")
+    assert {(h.cpus, h.memory_gb) for h in fabric.hosts} == {(224.0, 2048.0)}
+    assert len(fabric.hosts) == 40
+    half = load_preset("fat-tree:hosts=2,cpus_per_host=7.5")
+    assert [(h.cpus, h.memory_gb) for h in half.hosts] == [(7.5, None), (7.5, None)]
+
+
+def test_fat_tree_hosts_declare_nothing_by_default() -> None:
+    fabric = load_preset("fat-tree:hosts=4")
+    assert {(h.cpus, h.memory_gb) for h in fabric.hosts} == {(None, None)}

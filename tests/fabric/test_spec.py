@@ -246,3 +246,117 @@ def test_docs_example_is_valid() -> None:
     fabric = build_fabric(parse_spec(yaml.safe_load(block), "docs/fabric-spec.md"))
     assert fabric.route("box/gpu0", "box/gpu1").label == "NV4"
     assert fabric.device("box/npu0").model.name == "MyNPU"
+
+
+# ----- CPU cores and host memory (what jobs may be given beside the devices) ----------------
+
+CAPACITY = """\
+name: capacity
+hosts:
+  - {name: "n{i}", count: 2, devices: 8xH100-SXM, cpus: 224, memory_gb: 2048}
+  - {name: half, devices: 2xL4, cpus: 7.5, memory_gb: 62.5}
+  - {name: open, devices: 1xT4}
+"""
+
+
+def test_hosts_carry_the_cpus_and_memory_they_declare(tmp_path: Path) -> None:
+    fabric = load_fabric_file(write(tmp_path, CAPACITY))
+    got = {h.name: (h.cpus, h.memory_gb) for h in fabric.hosts}
+    assert got == {
+        "n0": (224, 2048),
+        "n1": (224, 2048),
+        "half": (7.5, 62.5),
+        "open": (None, None),  # not declared: not limited
+    }
+    # capacities are host facts, not layout facts: replicas still share one layout
+    assert fabric.host("n0").layout is fabric.host("n1").layout
+
+
+@pytest.mark.parametrize("key", ["cpus", "memory_gb"])
+@pytest.mark.parametrize(
+    ("value", "shown", "why"),
+    [
+        ("0", "0", "greater than 0"),
+        ("-4", "-4", "greater than 0"),
+        ("'8'", "'8'", "text, not a number"),
+        ("eight", "'eight'", "text, not a number"),
+        ("true", "True", "true/false, not a number"),
+        (".nan", "nan", "finite number"),
+        (".inf", "inf", "finite number"),
+        ("2000000", "2000000", "less than or equal to"),
+    ],
+)
+def test_bad_cpus_or_memory_names_key_and_value(
+    tmp_path: Path, key: str, value: str, shown: str, why: str
+) -> None:
+    given = {"cpus": "7.5", "memory_gb": "62.5"}[key]
+    text = CAPACITY.replace(f"{key}: {given}", f"{key}: {value}")
+    assert text != CAPACITY
+    msg = errors_of(write(tmp_path, text))
+    assert f"fabric.yaml:4: hosts[1].{key} = {shown}: " in msg
+    assert why in msg
+    assert "1 problem" in msg
+
+
+def test_cpus_and_memory_keep_through_a_spec_round_trip() -> None:
+    import yaml
+
+    spec = parse_spec(yaml.safe_load(CAPACITY), "capacity.yaml")
+    again = parse_spec(json.loads(json.dumps(spec.model_dump(mode="json"))), "again.json")
+    fabric = build_fabric(again)
+    assert [(h.cpus, h.memory_gb) for h in fabric.hosts] == [
+        (224, 2048), (224, 2048), (7.5, 62.5), (None, None),
+    ]  # fmt: skip
+
+
+def test_json_export_carries_cpus_and_memory_and_they_survive_json() -> None:
+    import yaml
+
+    from accelnet.fabric.export import fabric_to_json
+
+    fabric = build_fabric(parse_spec(yaml.safe_load(CAPACITY), "capacity.yaml"))
+    data = json.loads(json.dumps(fabric_to_json(fabric, matrix=False), allow_nan=False))
+    assert [(h["name"], h["cpus"], h["memory_gb"]) for h in data["hosts"]] == [
+        ("n0", 224, 2048), ("n1", 224, 2048), ("half", 7.5, 62.5), ("open", None, None),
+    ]  # fmt: skip
+    # what the export says matches what a reload of the same file builds
+    reloaded = build_fabric(parse_spec(yaml.safe_load(CAPACITY), "capacity.yaml"))
+    for entry, host in zip(data["hosts"], reloaded.hosts, strict=True):
+        assert (entry["cpus"], entry["memory_gb"]) == (host.cpus, host.memory_gb)
+
+
+def test_schema_documents_cpus_and_memory() -> None:
+    from accelnet.fabric.spec import fabric_json_schema
+
+    host = fabric_json_schema()["$defs"]["HostSpec"]["properties"]
+    assert "not limited" in host["cpus"]["description"]
+    assert "RAM" in host["memory_gb"]["description"]
+
+
+@pytest.mark.parametrize("key", ["cpus", "memory_gb"])
+@pytest.mark.parametrize("value", [0, -1, -0.5, float("nan"), float("inf"), "8", True])
+def test_builder_rejects_bad_cpus_or_memory_naming_host_key_and_value(
+    key: str, value: object
+) -> None:
+    from accelnet.fabric import FabricBuilder, FabricError, load_preset
+
+    layout = load_preset("pcie-4xL4").hosts[0].layout
+    builder = FabricBuilder("f")
+    with pytest.raises(FabricError) as info:
+        builder.add_host("box", layout, **{key: value})  # type: ignore[arg-type]
+    assert f"host 'box': {key} = {value!r} must be a finite number > 0" in str(info.value)
+    assert not builder.has_host("box")  # nothing half-added
+
+
+def test_builder_stores_cpus_and_memory_as_floats() -> None:
+    from accelnet.fabric import FabricBuilder, load_preset
+
+    layout = load_preset("pcie-4xL4").hosts[0].layout
+    builder = FabricBuilder("f")
+    host = builder.add_host("box", layout, cpus=64, memory_gb=503.2)
+    plain = builder.add_host("plain", layout)
+    fabric = builder.build()
+    assert (host.cpus, host.memory_gb) == (64.0, 503.2)
+    assert isinstance(host.cpus, float)
+    assert (plain.cpus, plain.memory_gb) == (None, None)
+    assert fabric.host("box") is host

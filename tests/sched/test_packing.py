@@ -58,12 +58,15 @@ def test_a_single_gpu_goes_to_the_used_host_and_keeps_a_whole_host_for_8(pcie: F
     busy = running("busy", "L4", ("p1/gpu0",))
     one = job("one", "L4:1", t=1)
     eight = job("eight", "L4:8", t=2, topology={"required": "host"})
-    # best fit takes the first 1-GPU domain in fabric order, breaking host p0: 8 must wait
-    best = starts(pcie, "best-fit", busy, one, eight)
-    assert best == {"one": ("p0/gpu0",)}
-    # frag-aware takes a GPU of the partly used host p1 and p0 stays whole for the 8-GPU job
-    frag = starts(pcie, "frag-aware", busy, one, eight)
-    assert frag == {"one": ("p1/gpu1",), "eight": tuple(f"p0/gpu{i}" for i in range(8))}
+    # every GPU is its own NVLink domain here (all tie at 1 free): best fit weighs the
+    # host next, takes a GPU of the partly used host p1, and p0 stays whole for the 8 (it
+    # took p0/gpu0 and left the 8-GPU job waiting before); frag-aware does the same
+    whole_p0 = tuple(f"p0/gpu{i}" for i in range(8))
+    for strategy in ("best-fit", "frag-aware"):
+        got = starts(pcie, strategy, busy, one, eight)
+        assert got == {"one": ("p1/gpu1",), "eight": whole_p0}, strategy
+    # first fit keeps fabric order: the baseline that breaks p0
+    assert starts(pcie, "first-fit", busy, one, eight) == {"one": ("p0/gpu0",)}
 
 
 def test_required_levels_bound_the_candidates(pcie: Fabric) -> None:

@@ -81,8 +81,12 @@ def test_memory_kind_and_model_preference(lab: Fabric) -> None:
     assert started(d)["big-mem"][0].split("/")[0] in {"a", "b", "c", "m"}
     d = decide(lab, job("pref", {"any_of": ["A100-80GB", "H100"], "count": 2}))
     assert started(d)["pref"] == ("m/gpu0", "m/gpu1")
-    d = decide(lab, job("slow", "T4:1", resources={"accelerators": "any:1", "kind": "gpu"}))
+    fastest = {"accelerators": {"count": 1, "prefer": "speed"}, "kind": "gpu"}
+    d = decide(lab, job("slow", "T4:1", resources=fastest))
     assert started(d)["slow"][0].startswith(("a/", "b/", "c/"))  # fastest model first
+    # by default (prefer: fit) any model is weighed by fit: the tightest NVLink domain
+    d = decide(lab, job("fit", "T4:1", resources={"accelerators": "any:1", "kind": "gpu"}))
+    assert started(d)["fit"][0].startswith("t/")  # a T4, its own NVLink domain
 
 
 def test_fifo_skips_jobs_that_do_not_fit(lab: Fabric) -> None:

@@ -28,7 +28,7 @@ class LargestFirst(OrderingPolicy):
     def order(self, snapshot: Snapshot, queued: Sequence[JobView]) -> list[JobView]:
         def size(j: JobView) -> float:
             acc = j.spec.resources.accelerators
-            return -float(str(acc).rsplit(":", 1)[-1]) if ":" in str(acc) else 0.0
+            return -acc.count * acc.share
 
         return sorted(queued, key=lambda j: (size(j), j.submitted_at, j.id))
 

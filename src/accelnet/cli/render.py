@@ -36,6 +36,10 @@ def _models(fabric: Fabric, ids: tuple[str, ...] | None = None) -> str:
 def _host_line(host: Host) -> str:
     kinds = Counter(s.kind for s in host.layout.switches)
     parts = [f"{host.layout.sockets} socket{'s' * (host.layout.sockets > 1)}"]
+    if host.cpus is not None:
+        parts.append(f"{host.cpus:g} CPUs")
+    if host.memory_gb is not None:
+        parts.append(f"{round(host.memory_gb, 1):g} GB RAM")
     if kinds[SwitchKind.PCIE_SWITCH]:
         parts.append(f"{kinds[SwitchKind.PCIE_SWITCH]} PCIe switches")
     if kinds[SwitchKind.NVSWITCH]:

@@ -168,7 +168,7 @@ def build_fabric(spec: FabricSpec, source: str = "<spec>") -> Fabric:
         uplinks = host.network if isinstance(host.network, list) else [host.network] * len(nics)
         for name in host.names():
             with _at(source, f"hosts[{i}].name", name):
-                builder.add_host(name, layout)
+                builder.add_host(name, layout, cpus=host.cpus, memory_gb=host.memory_gb)
             if host.network is None:
                 continue
             for k, (nic, target) in enumerate(zip(nics, uplinks, strict=True)):

@@ -1,4 +1,4 @@
-"""Discover the local machine: CPU cores through psutil, NVIDIA GPUs through NVML.
+"""Discover the local machine: CPU cores and memory through psutil, NVIDIA GPUs through NVML.
 
 NVML (the ``pynvml`` module of the ``nvidia-ml-py`` package, extra ``nvidia``) is imported
 lazily. No library, no driver or no GPU gives a CPU-only fabric and a one-line note, never a
@@ -281,18 +281,35 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def host_cpus() -> int:
+    """Logical CPU cores of this machine (psutil, then ``os.cpu_count``, at least 1)."""
+    return psutil.cpu_count(logical=True) or os.cpu_count() or 1
+
+
+def host_memory_gb() -> float:
+    """Physical memory (RAM) of this machine, GB (10^9 bytes)."""
+    return psutil.virtual_memory().total / 1e9
+
+
 def discover(
     cpu_devices: CpuMode = "per-core",
     nvml: Any | None = None,
     hostname: str | None = None,
+    *,
+    cpus: float | None = None,
+    memory_gb: float | None = None,
 ) -> Discovery:
-    """The local machine as a one-host fabric. Never raises for missing GPUs or NVML."""
+    """The local machine as a one-host fabric. Never raises for missing GPUs or NVML.
+
+    The host declares the machine's logical CPU cores and RAM (GB) as what jobs may be
+    given; ``cpus`` and ``memory_gb`` override them (FabricError unless finite and > 0).
+    """
     host = (hostname or socket.gethostname().split(".")[0] or "localhost").replace("/", "-")
     report = probe_nvml(nvml)
     sockets, cpu_slots = _cpu_slots(cpu_devices)
     gpu_numas = [g.numa for g in report.gpus if g.numa is not None]
     sockets = max([sockets, *(n + 1 for n in gpu_numas)])
-    mem_total = psutil.virtual_memory().total / 1e9
+    mem_total = host_memory_gb()
     cpu_model = device_model("CPU-core")
     cpu_name = _cpu_name()
     total_cores = sum(c for _, c in cpu_slots) or 1
@@ -344,7 +361,13 @@ def discover(
     layout = HostLayout(tuple(devices), tuple(switches), tuple(links), sockets)
     builder = FabricBuilder(host, f"discovered on {host}")
     builder.add_host(
-        host, layout, uuids=tuple(uuids), pci_buses=tuple(buses), details=tuple(details)
+        host,
+        layout,
+        uuids=tuple(uuids),
+        pci_buses=tuple(buses),
+        details=tuple(details),
+        cpus=cpus if cpus is not None else host_cpus(),
+        memory_gb=memory_gb if memory_gb is not None else mem_total,
     )
     notes = [report.note] if report.note else []
     if not devices:

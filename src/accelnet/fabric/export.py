@@ -103,6 +103,8 @@ def fabric_to_json(fabric: Fabric, matrix: bool = True) -> dict[str, Any]:
                 for s in fabric.host_switches(h.name)
             ],
             "links": [link_to_json(lk) for lk in fabric.host_links(h.name)],
+            "cpus": h.cpus,
+            "memory_gb": h.memory_gb,
         }
         if matrix:
             if h.layout_key not in matrices:  # identical layouts give identical matrices

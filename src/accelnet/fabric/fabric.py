@@ -8,6 +8,7 @@ keeps a 131,072-GPU fabric within a few hundred MB. Routes are computed lazily b
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
@@ -34,6 +35,23 @@ class FabricError(ValueError):
 def _check_name(what: str, name: str) -> None:
     if not name or "/" in name or name != name.strip():
         raise FabricError(f"{what} name {name!r} must be non-empty, without '/' or edge spaces")
+
+
+def _check_capacity(host: str, key: str, value: object, what: str) -> float | None:
+    """``value`` as a float when it is a finite number > 0; None stays None (not declared)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise FabricError(
+            f"host {host!r}: {key} = {value!r} must be a finite number > 0 ({what}), "
+            "or None for not declared"
+        )
+    return float(value)
 
 
 def _has_node(hosts: Mapping[str, Host], switches: Mapping[str, Switch], node: str) -> bool:
@@ -243,11 +261,20 @@ class FabricBuilder:
         uuids: tuple[str | None, ...] | None = None,
         pci_buses: tuple[str | None, ...] | None = None,
         details: tuple[str, ...] | None = None,
+        cpus: float | None = None,
+        memory_gb: float | None = None,
     ) -> Host:
-        """Add a machine built from ``layout``; per-device ``uuids`` etc. are optional."""
+        """Add a machine built from ``layout``; per-device ``uuids`` etc. are optional.
+
+        ``cpus`` (logical CPU cores) and ``memory_gb`` (host RAM, GB) are what jobs may be
+        given on this host beside its devices; None (the default) means not declared, so
+        not limited. FabricError naming the host, key and value unless finite and > 0.
+        """
         _check_name("host", name)
         if name in self._host_names or name in self._switches:
             raise FabricError(f"duplicate name {name!r}: a host or switch already has it")
+        host_cpus = _check_capacity(name, "cpus", cpus, "logical CPU cores")
+        host_memory = _check_capacity(name, "memory_gb", memory_gb, "host memory in GB")
         key = self._layout_keys.get(id(layout))
         if key is None:
             key = len(self._layouts)
@@ -270,7 +297,7 @@ class FabricBuilder:
                 detail=details[i] if details else "",
             )
             ids.append(did)
-        host = Host(name, layout, key, tuple(ids))
+        host = Host(name, layout, key, tuple(ids), host_cpus, host_memory)
         self._hosts.append(host)
         self._host_names[name] = host
         return host

@@ -320,16 +320,21 @@ class HostLayout:
 
 @dataclass(frozen=True, slots=True)
 class Host:
-    """One machine: a name and its layout.
+    """One machine: a name, its layout, and the CPU cores and memory jobs may be given.
 
     ``layout_key`` numbers the distinct layouts of a fabric (hosts built alike share one);
-    ``device_ids`` are the global ids of the layout's devices, in layout order.
+    ``device_ids`` are the global ids of the layout's devices, in layout order. ``cpus``
+    (logical CPU cores) and ``memory_gb`` (host RAM, GB) are what the scheduler may hand to
+    jobs beside the accelerators, like a Kubernetes node's allocatable or Slurm's ``CPUs=``
+    and ``RealMemory=``; None means not declared, so not limited.
     """
 
     name: str
     layout: HostLayout
     layout_key: int
     device_ids: tuple[str, ...]
+    cpus: float | None = None
+    memory_gb: float | None = None
 
     def node_id(self, local: str) -> str:
         """Global id of local node ``local``."""

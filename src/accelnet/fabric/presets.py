@@ -16,6 +16,7 @@ from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.fabric.catalog import device_model, link_type
 from accelnet.fabric.errors import FabricSpecError, SpecIssue
 from accelnet.fabric.fabric import Fabric
+from accelnet.fabric.spec import MAX_HOST_CPUS, MAX_HOST_MEMORY_GB
 
 
 def _dgx(name: str, desc: str, model: str, nics: str, pcie: str, smp: str) -> dict[str, Any]:
@@ -215,7 +216,7 @@ def load_preset(ref: str) -> Fabric:
 
 FAT_TREE_HELP = (
     "fat-tree:hosts=N[,gpus_per_host=8,model=H100-SXM,hosts_per_leaf=32,leaves_per_pod=16,"
-    "aggs_per_pod=8,cores=16,nic=IB-NDR,nics_per_host=1]"
+    "aggs_per_pod=8,cores=16,nic=IB-NDR,nics_per_host=1,cpus_per_host=C,memory_gb_per_host=M]"
 )
 _FAT_TREE_DEFAULTS: dict[str, Any] = {
     "hosts": 64,
@@ -227,7 +228,28 @@ _FAT_TREE_DEFAULTS: dict[str, Any] = {
     "cores": 16,
     "nic": "IB-NDR",
     "nics_per_host": 1,
+    "cpus_per_host": None,  # not declared: not limited
+    "memory_gb_per_host": None,
 }
+# per-host capacities (numbers > 0, not necessarily whole): parameter -> (host key, maximum)
+_HOST_CAPACITY = {
+    "cpus_per_host": ("cpus", MAX_HOST_CPUS),
+    "memory_gb_per_host": ("memory_gb", MAX_HOST_MEMORY_GB),
+}
+
+
+def _capacity(key: str, value: str, ref: str) -> float:
+    """A per-host capacity parameter: a finite number > 0, at most what a host spec takes."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise FabricSpecError(ref, [SpecIssue(key, "must be a number", value)]) from None
+    limit = _HOST_CAPACITY[key][1]
+    if not math.isfinite(number) or number <= 0 or number > limit:
+        raise FabricSpecError(
+            ref, [SpecIssue(key, f"must be a number > 0 and <= {limit:g}", value.strip())]
+        )
+    return number
 
 
 def _parse_params(params: str, ref: str) -> dict[str, Any]:
@@ -244,7 +266,9 @@ def _parse_params(params: str, ref: str) -> dict[str, Any]:
                 ref,
                 [SpecIssue(key, f"unknown parameter; known: {', '.join(out)}", value or None)],
             )
-        if isinstance(_FAT_TREE_DEFAULTS[key], int):
+        if key in _HOST_CAPACITY:
+            out[key] = _capacity(key, value, ref)
+        elif isinstance(_FAT_TREE_DEFAULTS[key], int):
             try:
                 out[key] = int(value)
             except ValueError:
@@ -304,6 +328,11 @@ def fat_tree_spec(params: str, ref: str = "fat-tree") -> dict[str, Any]:
                     "sockets": 2,
                     "nics": f"{p['nics_per_host']}x{nic}",
                     "network": f"leaf{leaf:05d}",
+                    **{
+                        host_key: p[param]
+                        for param, (host_key, _) in _HOST_CAPACITY.items()
+                        if p[param] is not None
+                    },
                 }
             )
             for a in range(aggs):

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from accelnet.fabric.catalog import UnknownNameError, device_models, find_device_model, link_type
 from accelnet.fabric.layout import NVLinkStyle
 from accelnet.fabric.model import DeviceKind, LinkMedium, Precision, SwitchKind
-from accelnet.specio import SpecModel
+from accelnet.specio import SpecModel, StrictFloat
 
 _COUNT_FORM = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\S.*?)\s*$")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
@@ -32,6 +32,8 @@ MAX_NAME = 128
 MAX_DEVICES = 1_048_576
 MAX_SWITCHES = 65_536
 MAX_LINKS = 1_048_576
+MAX_HOST_CPUS = 65_536
+MAX_HOST_MEMORY_GB = 1e6
 
 Name = Annotated[str, Field(pattern=_NAME, max_length=128)]
 
@@ -228,6 +230,18 @@ class HostSpec(SpecModel):
         None, description="switch every adapter plugs into, or one switch per adapter"
     )
     links: list[LinkSpec] = Field(default_factory=list, description="extra links inside")
+    cpus: StrictFloat | None = Field(
+        None,
+        gt=0,
+        le=MAX_HOST_CPUS,
+        description="logical CPU cores jobs may be given on each host; absent: not limited",
+    )
+    memory_gb: StrictFloat | None = Field(
+        None,
+        gt=0,
+        le=MAX_HOST_MEMORY_GB,
+        description="host memory (RAM) jobs may be given on each host, GB; absent: not limited",
+    )
 
     @field_validator("devices", "nics", mode="before")
     @classmethod

@@ -20,9 +20,14 @@ from collections.abc import Iterable, Mapping
 from sortedcontainers import SortedList
 
 from accelnet.fabric import DomainLevel
-from accelnet.sched.topology import DEPTHS, Topology
+from accelnet.sched.snapshot import Placement
+from accelnet.sched.topology import DEPTHS, Topology, cpu_units, memory_units
 
 SHARE_UNITS = 100  # the finest share of a device a job can ask for: 0.01
+HOST_CPU = "\x00"  # log keys of a host's free CPU units and memory units: prefix + host
+HOST_MEM = "\x01"
+UNLIMITED = 1 << 62  # the room of a host that does not declare CPU cores or memory
+PARENT_SCAN = 16  # parents best_fit looks at, at most, for a fuller one (its tie-break)
 
 BucketKey = tuple[DomainLevel, frozenset[DomainLevel]]
 
@@ -93,9 +98,23 @@ class Schedulable:
 class CapacityIndex:
     """Free units of schedulable devices, with per-node counts of wholly free ones."""
 
-    def __init__(self, topo: Topology, free: Mapping[str, float]) -> None:
-        """``free``: free share (0..1] of every schedulable device; others are absent."""
+    def __init__(
+        self,
+        topo: Topology,
+        free: Mapping[str, float],
+        host_used: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
+        """``free``: free share (0..1] of every schedulable device; others are absent.
+        ``host_used``: CPU units and memory units jobs hold per host (none if absent)."""
         self.topo = topo
+        used = host_used or {}
+        self.cpu: dict[str, int] = {
+            h: max(0, cap - used.get(h, (0, 0))[0]) for h, cap in topo.host_cpu.items()
+        }
+        self.mem: dict[str, int] = {
+            h: max(0, cap - used.get(h, (0, 0))[1]) for h, cap in topo.host_mem.items()
+        }
+        self._roomy: SortedList | None = None  # see roomiest_fit; made on first use
         self.schedulable = Schedulable(topo.class_of, {d for d in topo.class_of if d not in free})
         self.free: dict[str, int] = {}
         self.whole: dict[str, dict[str, int]] = {c: {} for c in topo.classes}
@@ -148,7 +167,9 @@ class CapacityIndex:
         self, cls: str, depth: int, k: int, within: DomainLevel | None = None
     ) -> str | None:
         """The node at ``depth`` (inside one ``within`` domain) with the fewest wholly free
-        ``cls`` devices that are still >= ``k``."""
+        ``cls`` devices that are still >= ``k``; among such nodes, one whose parent has
+        the fewest free (a GPU of a PCIe host, its own NVLink domain, goes to the fullest
+        host that has one, keeping emptier hosts whole); ties to fabric order."""
         best: tuple[int, int] | None = None
         for (_, levels), buckets in self.buckets[cls][depth].items():
             if within is not None and within not in levels:
@@ -158,7 +179,58 @@ class CapacityIndex:
                 first = buckets[count][0]
                 if best is None or (count, first) < best:
                     best = (count, first)
-        return None if best is None else self.topo.node_list[best[1]]
+        if best is None:
+            return None
+        node = self.topo.node_list[best[1]]
+        if depth == 0:
+            return node
+        return self._fuller_parent(cls, node, best[0], within) or node
+
+    def _fuller_parent(
+        self, cls: str, node: str, count: int, within: DomainLevel | None
+    ) -> str | None:
+        """A node with ``count`` wholly free ``cls`` devices (inside one ``within``
+        domain) whose parent has fewer free than ``node``'s parent, the parent with the
+        fewest first (fabric order among equals); None if none (or none among the first
+        :data:`PARENT_SCAN` parents looked at)."""
+        topo = self.topo
+        whole = self.whole[cls]
+        parent = topo.nodes[node].parent
+        assert parent is not None
+        ceiling = whole[parent]
+        if ceiling == count:  # the parent holds no more than the node: nothing fuller
+            return None
+        found: tuple[int, int] | None = None  # (parent count, parent order)
+        scanned = 0
+        nodes, children, order = topo.nodes, topo.children, topo.node_order
+        for buckets in self.buckets[cls][nodes[parent].depth].values():
+            i = bisect.bisect_left(buckets.sorted, count)
+            for have in buckets.sorted[i:]:
+                if have >= ceiling or (found is not None and have > found[0]):
+                    break
+                for pos in buckets[have]:
+                    scanned += 1
+                    if scanned > PARENT_SCAN:
+                        break
+                    if found is not None and (have, pos) >= found:
+                        break
+                    for child in children[topo.node_list[pos]]:
+                        if whole.get(child, 0) == count and (
+                            within is None or within in nodes[child].within
+                        ):
+                            found = (have, pos)
+                            break
+                    else:
+                        continue
+                    break
+        if found is None:
+            return None
+        parent = topo.node_list[found[1]]
+        return min(
+            (c for c in children[parent]
+             if whole.get(c, 0) == count and (within is None or within in nodes[c].within)),
+            key=order.__getitem__,
+        )  # fmt: skip
 
     def first_fit(
         self, cls: str, depth: int, k: int, within: DomainLevel | None = None
@@ -194,7 +266,86 @@ class CapacityIndex:
         items = self.partial[cls]
         return items[-1][0] / SHARE_UNITS if items else 0.0
 
+    def host_room(self, host: str) -> tuple[int, int]:
+        """Free CPU units and memory units of ``host`` (:data:`UNLIMITED` where it declares
+        none)."""
+        return self.cpu.get(host, UNLIMITED), self.mem.get(host, UNLIMITED)
+
+    def host_fits(self, use: Iterable[tuple[str, float, float]]) -> bool:
+        """Whether every host of ``use`` ((host, cpus, memory_gb) to take) has that room."""
+        cpu, mem = self.cpu, self.mem
+        for host, cpus, gb in use:
+            if cpus and cpu.get(host, UNLIMITED) < cpu_units(cpus):
+                return False
+            if gb and mem.get(host, UNLIMITED) < memory_units(gb):
+                return False
+        return True
+
+    def host_schedulable(self, host: str) -> bool:
+        """Whether any device of ``host`` may take work (a host all of whose devices are
+        draining, unhealthy or offline takes no CPU-only job either)."""
+        ok = self.schedulable
+        return any(d in ok for d in self.topo.host_devices.get(host, ()))
+
+    def roomiest_fit(self, cpu: int, mem: int) -> str | None:
+        """The schedulable host with the least free CPU (then memory) that still has
+        ``cpu`` CPU units and ``mem`` memory units free (best fit, ties to fabric order)."""
+        roomy = self._roomy
+        if roomy is None:
+            order = self.topo.host_order
+            roomy = self._roomy = SortedList(
+                (*self.host_room(h), order[h], h) for h in self.topo.hosts
+            )
+        i = roomy.bisect_left((cpu, -1, -1, ""))
+        for room_cpu, room_mem, _, host in roomy.islice(i):
+            assert room_cpu >= cpu
+            if room_mem >= mem and self.host_schedulable(host):
+                return str(host)
+        return None
+
     # ----- changes --------------------------------------------------------------------
+    def hold(self, p: Placement) -> None:
+        """Take what placement ``p`` holds: its devices' share and its hosts' CPU cores and
+        memory; ValueError if some of it is not free."""
+        for dev in p.devices:
+            self.take(dev, p.share)
+        for host, cpus, gb in p.hosts:
+            self.take_host(host, cpu_units(cpus), memory_units(gb))
+
+    def release(self, p: Placement) -> None:
+        """Give back what placement ``p`` holds (a what-if release: :meth:`give`)."""
+        for dev in p.devices:
+            self.give(dev, p.share)
+        for host, cpus, gb in p.hosts:
+            self.give_host(host, cpu_units(cpus), memory_units(gb))
+
+    def take_host(self, host: str, cpu: int, mem: int) -> None:
+        """Use ``cpu`` CPU units and ``mem`` memory units of ``host`` (where it declares
+        them); ValueError if it has less free."""
+        have_cpu, have_mem = self.cpu.get(host), self.mem.get(host)
+        if cpu and have_cpu is not None and cpu > have_cpu:
+            raise ValueError(f"{host} has {have_cpu} CPU units free, cannot take {cpu}")
+        if mem and have_mem is not None and mem > have_mem:
+            raise ValueError(f"{host} has {have_mem} MB free, cannot take {mem}")
+        self._host_set(host, -cpu, -mem, log=True)
+
+    def give_host(self, host: str, cpu: int, mem: int) -> None:
+        """Free ``cpu`` CPU units and ``mem`` memory units of ``host`` (a what-if release)."""
+        self._host_set(host, cpu, mem, log=True)
+
+    def reset_host(self, host: str, used_cpu: int, used_mem: int) -> None:
+        """Set what jobs hold of ``host`` outright (not logged: see :meth:`reset`)."""
+        assert not self._log, "reset inside a what-if question"
+        topo = self.topo
+        cpu = topo.host_cpu.get(host)
+        mem = topo.host_mem.get(host)
+        self._host_set(
+            host,
+            0 if cpu is None else max(0, cpu - used_cpu) - self.cpu[host],
+            0 if mem is None else max(0, mem - used_mem) - self.mem[host],
+            log=False,
+        )
+
     def take(self, dev: str, share: float) -> None:
         """Use ``share`` of ``dev``; raises ValueError if it has less free."""
         have, want = self.free.get(dev, 0), units(share)
@@ -219,11 +370,16 @@ class CapacityIndex:
         """Undo every change since ``mark``."""
         while len(self._log) > mark:
             dev, before = self._log.pop()
-            self._set(dev, self.free.get(dev, 0), before)
+            if dev[0] == HOST_CPU:
+                self._host_set(dev[1:], before - self.cpu[dev[1:]], 0, log=False)
+            elif dev[0] == HOST_MEM:
+                self._host_set(dev[1:], 0, before - self.mem[dev[1:]], log=False)
+            else:
+                self._set(dev, self.free.get(dev, 0), before)
 
     def keep(self, mark: int) -> list[str]:
         """Keep every change since ``mark`` (no rollback to before it any more); the
-        devices changed."""
+        devices changed (and hosts, as ``HOST_CPU + host`` or ``HOST_MEM + host``)."""
         changed = [dev for dev, _ in self._log[mark:]]
         del self._log[mark:]
         return changed
@@ -269,9 +425,32 @@ class CapacityIndex:
         twin._log = []
         twin._links = {}  # the twin's own buckets, linked when it first changes
         twin._unschedulable = dict(self._unschedulable)
+        twin.cpu = dict(self.cpu)
+        twin.mem = dict(self.mem)
+        twin._roomy = None if self._roomy is None else self._roomy.copy()
         return twin
 
     # ----- internals ------------------------------------------------------------------
+    def _host_set(self, host: str, d_cpu: int, d_mem: int, log: bool) -> None:
+        """Change ``host``'s free CPU and memory units by the deltas (where it declares
+        them), logging the values before when ``log``."""
+        cpu, mem = self.cpu.get(host), self.mem.get(host)
+        if (cpu is None or not d_cpu) and (mem is None or not d_mem):
+            return
+        roomy = self._roomy
+        if roomy is not None:
+            roomy.remove((*self.host_room(host), self.topo.host_order[host], host))
+        if cpu is not None and d_cpu:
+            if log:
+                self._log.append((HOST_CPU + host, cpu))
+            self.cpu[host] = min(self.topo.host_cpu[host], cpu + d_cpu)
+        if mem is not None and d_mem:
+            if log:
+                self._log.append((HOST_MEM + host, mem))
+            self.mem[host] = min(self.topo.host_mem[host], mem + d_mem)
+        if roomy is not None:
+            roomy.add((*self.host_room(host), self.topo.host_order[host], host))
+
     def _set(self, dev: str, old: int, new: int) -> None:
         topo = self.topo
         cls = topo.class_of[dev].key

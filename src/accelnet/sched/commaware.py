@@ -86,22 +86,23 @@ class CommAware(BestFit, SeesTraffic):
         est = self.model.estimate(comm, "allreduce", nbytes, background=self._background)
         return (1.0 / rate if rate > 0 else 0.0) + est.time_s
 
-    def place(self, req: Request, index: CapacityIndex) -> Placement | None:
+    def place_devices(self, req: Request, index: CapacityIndex) -> Placement | None:
         """The candidate with the least predicted step time; best fit for jobs that do not
         communicate. Never changes ``index``."""
         if req.share < 1 or req.count < 2 or req.comm_bytes <= 0:
-            return super().place(req, index)
+            return super().place_devices(req, index)
         known = bool(req.step_rates) and all(r > 0 for r in req.step_rates)
         best: tuple[float, int, Placement] | None = None
         seq = 0
         for rank, cls in enumerate(req.classes):
-            if index.total_whole(cls.key) < req.count:
+            count = req.count_on(rank)
+            if index.total_whole(cls.key) < count:
                 continue
             rate = req.step_rates[rank] if known else 0.0
             seen: set[tuple[str, ...]] = set()
             for depth in range(DEPTHS - 1, -1, -1):
-                for node in self._candidates(index, cls.key, depth, req.count, req.required):
-                    for devices in self._fills(index, cls.key, node, req.count):
+                for node in self._candidates(index, cls.key, depth, count, req.required):
+                    for devices in self._fills(index, cls.key, node, count):
                         if devices in seen:
                             continue
                         seen.add(devices)

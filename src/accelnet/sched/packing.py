@@ -44,9 +44,10 @@ from dataclasses import dataclass
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
-from accelnet.sched.placement import PlacementStrategy, gather
+from accelnet.sched.placement import PlacementStrategy, gather, share_class
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import Placement
+from accelnet.sched.spec import Prefer
 from accelnet.sched.topology import DEPTHS, Topology
 
 
@@ -272,12 +273,16 @@ class FragAware(PlacementStrategy):
         return list(out)[: self.max_candidates]
 
     # ----- shares ---------------------------------------------------------------------
-    def place(self, req: Request, index: CapacityIndex) -> Placement | None:
+    def place_devices(self, req: Request, index: CapacityIndex) -> Placement | None:
         """Devices for the whole gang (or the one device of a share), or None if it does
         not fit now; never changes ``index``."""
         if req.share >= 1:
-            return super().place(req, index)
-        for cls in req.classes:
+            return super().place_devices(req, index)
+        classes = req.classes
+        if req.prefer is Prefer.FIT and len(classes) > 1:  # the class best fit takes
+            chosen = share_class(req, index)
+            classes = () if chosen is None else (chosen,)
+        for cls in classes:
             dev = self._share_device(index, cls.key, req.share)
             if dev is not None:
                 return Placement((dev,), req.share, cls.model.name, index.topo.span((dev,)))

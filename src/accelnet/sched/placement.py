@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import replace
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.hostfit import explain_hosts, fit_hosts, host_use, place_on_host
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import JobView, Placement
+from accelnet.sched.spec import Prefer
 from accelnet.sched.topology import DEPTHS, LEVEL_NAMES, DeviceClass, Topology
 
 
@@ -35,27 +38,53 @@ class PlacementStrategy(ABC):
         ``cls`` devices, or None."""
 
     def place(self, req: Request, index: CapacityIndex) -> Placement | None:
-        """Devices for the whole gang, or None if it does not fit now."""
+        """Devices for the whole gang, on hosts with the CPU cores and memory its ranks
+        need (:mod:`accelnet.sched.hostfit`), or None if it does not fit now; a CPU-only
+        request gets room on one host."""
+        if req.cpu_only:
+            return place_on_host(req, index)
+        if req.needs_host and index.topo.limited_hosts:
+            return fit_hosts(self.place_devices, req, index)
+        placed = self.place_devices(req, index)
+        if placed is not None and req.needs_host:
+            return replace(placed, hosts=host_use(req, placed.devices, index.topo))
+        return placed
+
+    def place_devices(self, req: Request, index: CapacityIndex) -> Placement | None:
+        """Devices for the whole gang (CPU and memory aside), or None if it does not fit.
+
+        With ``prefer: fit`` every class is weighed together: a placement within the
+        preferred level first, then the tightest domain level, then the domain with the
+        fewest free devices of its class; the class order (the user's, or fastest first)
+        only breaks ties. With ``order`` or ``speed`` the first class (in that order) that
+        fits wins."""
         if req.share < 1:
             return self._place_share(req, index)
         topo = index.topo
-        fallback: tuple[int, int, DeviceClass, str] | None = None
+        together = req.prefer is Prefer.FIT and len(req.classes) > 1
+        best: tuple[tuple[int, int, int, int], DeviceClass, str, int] | None = None
         for rank, cls in enumerate(req.classes):
-            if index.total_whole(cls.key) < req.count:
+            count = req.count_on(rank)
+            if index.total_whole(cls.key) < count:
                 continue
             for depth in range(DEPTHS - 1, -1, -1):  # tightest domains first
-                node = self.pick(index, cls.key, depth, req.count, req.required)
+                node = self.pick(index, cls.key, depth, count, req.required)
                 if node is None:
                     continue
-                if req.preferred is None or req.preferred in topo.nodes[node].within:
-                    return self._realise(index, cls, node, req.count)
-                cand = (DEPTHS - depth, rank, cls, node)
-                if fallback is None or cand[:2] < fallback[:2]:
-                    fallback = cand
+                missed = req.preferred is not None and req.preferred not in topo.nodes[node].within
+                if not missed and not together:
+                    return self._realise(index, cls, node, count)
+                # classes are weighed by best fit's tightness whatever the strategy, so
+                # every strategy takes the same class and only picks within it its own way
+                tight = index.best_fit(cls.key, depth, count, req.required) if together else None
+                free = index.whole_free(cls.key, tight) if tight is not None else 0
+                key = (int(missed), DEPTHS - depth, free, rank)
+                if best is None or key < best[0]:
+                    best = (key, cls, node, count)
                 break
-        if fallback is None:
+        if best is None:
             return None
-        return self._realise(index, fallback[2], fallback[3], req.count)
+        return self._realise(index, best[1], best[2], best[3])
 
     @staticmethod
     def _realise(index: CapacityIndex, cls: DeviceClass, node: str, k: int) -> Placement:
@@ -64,6 +93,8 @@ class PlacementStrategy(ABC):
 
     @staticmethod
     def _place_share(req: Request, index: CapacityIndex) -> Placement | None:
+        if req.prefer is Prefer.FIT and len(req.classes) > 1:
+            return _share_together(req, index)
         for cls in req.classes:
             dev = index.best_partial(cls.key, req.share)
             if dev is None:
@@ -73,6 +104,36 @@ class PlacementStrategy(ABC):
                 dev = gather(index, cls.key, node, 1)[0]
             return Placement((dev,), req.share, cls.model.name, index.topo.span((dev,)))
         return None
+
+
+def share_class(req: Request, index: CapacityIndex) -> DeviceClass | None:
+    """The class a share goes to by fit (:func:`_share_together`'s), or None if none."""
+    placed = _share_together(req, index)
+    return None if placed is None else index.topo.class_of[placed.devices[0]]
+
+
+def _share_together(req: Request, index: CapacityIndex) -> Placement | None:
+    """A share on the partly used device, of any allowed class, with the least room that
+    fits it; else a fresh device from the class whose best-fitting NVLink domain has the
+    fewest free (class order breaks ties)."""
+    best: tuple[tuple[int, int, int], DeviceClass, str] | None = None
+    for rank, cls in enumerate(req.classes):
+        dev = index.best_partial(cls.key, req.share)
+        if dev is not None:
+            key = (0, index.free[dev], rank)
+        else:
+            node = index.best_fit(cls.key, DEPTHS - 1, 1)
+            if node is None:
+                continue
+            key = (1, index.whole_free(cls.key, node), rank)
+            dev = node
+        if best is None or key < best[0]:
+            best = (key, cls, dev)
+    if best is None:
+        return None
+    (fresh, _, _), cls, where = best
+    dev = gather(index, cls.key, where, 1)[0] if fresh else where
+    return Placement((dev,), req.share, cls.model.name, index.topo.span((dev,)))
 
 
 def gather(index: CapacityIndex, cls: str, node: str, k: int) -> list[str]:
@@ -108,10 +169,16 @@ def gather(index: CapacityIndex, cls: str, node: str, k: int) -> list[str]:
 
 def explain(req: Request, index: CapacityIndex) -> str:
     """A sentence a person can act on: what the job needs and what is free."""
+    if req.cpu_only:
+        return explain_hosts(req, index)
     if not req.classes:
         return "no device in the fabric matches its resources"
+    if req.needs_host and index.topo.limited_hosts:
+        devices_only = replace(req, cpus=0.0, memory_gb=0.0)
+        if PLACEMENTS.create("best-fit").place_devices(devices_only, index) is not None:
+            return explain_hosts(req, index)
     parts = []
-    for cls in req.classes:
+    for rank, cls in enumerate(req.classes):
         if req.share < 1:
             room = index.max_partial(cls.key)
             whole = index.total_whole(cls.key)
@@ -122,7 +189,7 @@ def explain(req: Request, index: CapacityIndex) -> str:
             continue
         free = index.total_whole(cls.key)
         total = index.topo.largest(cls.key, DomainLevel.FABRIC)
-        if free < req.count:
+        if free < req.count_on(rank):
             out = index.unschedulable(cls.key)
             note = f" ({out} draining, unhealthy or offline)" if out else ""
             parts.append(f"needs {req.what(cls)}; {free} of {total} free{note}")

@@ -23,13 +23,13 @@ from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import JobView
+from accelnet.sched.topology import cpu_units, memory_units
 
 
 def release(index: CapacityIndex, job: JobView) -> None:
     """What-if: give the job's schedulable devices back to ``index`` (roll back to undo)."""
     assert job.placement is not None
-    for dev in job.placement.devices:
-        index.give(dev, job.placement.share)
+    index.release(job.placement)
 
 
 class VictimSearch(ABC):
@@ -80,7 +80,7 @@ class _PrioritySearch(VictimSearch):
         if not req.classes:
             return None
         shape = (tuple(c.key for c in req.classes), req.count, req.share, req.required,
-                 req.preferred)  # fmt: skip
+                 req.preferred, req.counts, req.cpus, req.memory_gb, req.per_host)  # fmt: skip
         if self._failed.get(shape, -(10**9)) >= job.priority:
             return None
         found = self._search(job, req, index, placement)
@@ -159,10 +159,13 @@ class _PrioritySearch(VictimSearch):
 
 def hold(index: CapacityIndex, job: JobView) -> None:
     """Undo :func:`release` for one job (its schedulable devices are used again)."""
-    assert job.placement is not None
-    for dev in job.placement.devices:
+    p = job.placement
+    assert p is not None
+    for dev in p.devices:
         if dev in index.schedulable:
-            index.take(dev, job.placement.share)
+            index.take(dev, p.share)
+    for host, cpus, gb in p.hosts:
+        index.take_host(host, cpu_units(cpus), memory_units(gb))
 
 
 class PriorityPreemption(PreemptionRule):

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from accelnet.fabric import DomainLevel
 from accelnet.fabric.catalog import family, find_device_model
 from accelnet.sched.jobinfo import peak_tflops
-from accelnet.sched.spec import JobSpec
-from accelnet.sched.topology import LEVEL_NAMES, DeviceClass, Topology
+from accelnet.sched.spec import JobSpec, LaunchMode, Prefer
+from accelnet.sched.topology import (
+    CPU_UNITS,
+    LEVEL_NAMES,
+    MEMORY_UNITS,
+    DeviceClass,
+    Topology,
+    cpu_units,
+    memory_units,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +30,12 @@ class Request:
 
     ``comm_bytes``: what the gang communicates per step (allreduce), from the workload
     hint ``bytes_per_step``; ``step_rates``: steps/s of the gang on each class, aligned with
-    ``classes`` (0 where no hint says): what communication-aware placement weighs."""
+    ``classes`` (0 where no hint says): what communication-aware placement weighs.
+    ``counts``: the gang's size on each class, aligned with ``classes``, when it differs
+    per model (empty: ``count`` on every class). ``cpus`` and ``memory_gb``: what each rank
+    needs of its host (``per_host``: one rank per host, else one per device); a request
+    with ``count`` 0 is a CPU-only job: one rank on one host. ``prefer``: how the classes
+    are weighed against each other (:class:`~accelnet.sched.spec.Prefer`)."""
 
     job: str
     classes: tuple[DeviceClass, ...]
@@ -32,15 +45,49 @@ class Request:
     preferred: DomainLevel | None
     comm_bytes: float = 0.0
     step_rates: tuple[float, ...] = ()
+    counts: tuple[int, ...] = ()
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    per_host: bool = False
+    prefer: Prefer = Prefer.FIT
+
+    @property
+    def cpu_only(self) -> bool:
+        """Whether the request takes no device (CPU cores and memory on one host)."""
+        return self.count == 0
+
+    @property
+    def needs_host(self) -> bool:
+        """Whether the request asks for CPU cores or host memory."""
+        return bool(self.cpus or self.memory_gb)
+
+    def count_on(self, rank: int) -> int:
+        """The gang's size on ``classes[rank]``."""
+        return self.counts[rank] if self.counts else self.count
 
     def what(self, cls: DeviceClass | None = None) -> str:
-        """``8 x H100-SXM`` (or ``0.25 of a T4``) for messages."""
+        """``8 x H100-SXM`` (or ``0.25 of a T4``, ``4 CPUs, 8 GB``) for messages."""
+        host = self.host_what()
+        if self.cpu_only:
+            return host
+        if cls is not None and self.counts:
+            count = self.counts[self.classes.index(cls)]
+        else:
+            count = self.count
         name = (
             cls.model.name if cls else "|".join(dict.fromkeys(c.model.name for c in self.classes))
         )
-        if self.share < 1:
-            return f"{self.share:g} of a {name}"
-        return f"{self.count} x {name}"
+        out = f"{self.share:g} of a {name}" if self.share < 1 else f"{count} x {name}"
+        return f"{out} with {host} per {'host' if self.per_host else 'rank'}" if host else out
+
+    def host_what(self) -> str:
+        """``4 CPUs, 8 GB`` (what a rank needs of its host), or empty."""
+        parts = []
+        if self.cpus:
+            parts.append(f"{self.cpus:g} CPU{'s' * (self.cpus != 1)}")
+        if self.memory_gb:
+            parts.append(f"{self.memory_gb:g} GB")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +152,7 @@ def _shape(spec: JobSpec) -> tuple[object, ...]:
         acc.models, acc.count, acc.share, res.kind, res.min_memory_gb,
         spec.topology.required, spec.topology.preferred,
         tuple(sorted(hint.items())) if hint else (),
+        acc.counts, acc.prefer, res.cpus, res.memory_gb, spec.launch,
     )  # fmt: skip
 
 
@@ -114,7 +162,9 @@ def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 
     Listed models keep the user's order (smaller memory first within a model, to keep big
     devices for jobs that need them); for ``any``, faster first: measured throughput from
-    the workload hints, then peak FLOP/s.
+    the workload hints, then peak FLOP/s. With ``prefer: fit`` (the default) this order
+    only breaks ties between equally tight placements; with ``order`` and ``speed`` it is
+    the order classes are tried in. None for a CPU-only job.
     """
     key = _shape(spec)
     found = topo.eligible.get(key)
@@ -126,6 +176,8 @@ def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
     res = spec.resources
     req = res.accelerators
+    if req.none:
+        return ()
     wanted, _ = canonical_models(spec, topo)
     out = []
     for c in topo.classes.values():
@@ -136,7 +188,7 @@ def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
         if res.min_memory_gb is not None and c.memory_gb * req.share < res.min_memory_gb - 1e-9:
             continue
         out.append(c)
-    if wanted:
+    if wanted and req.prefer is not Prefer.SPEED:
         out.sort(key=lambda c: (wanted.index(c.model.name), c.memory_gb, c.key))
     else:
         out.sort(key=lambda c: (*(-x for x in _speed(c, spec)), c.memory_gb, c.key))
@@ -145,8 +197,12 @@ def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 
 def make_request(job_id: str, spec: JobSpec, topo: Topology) -> Request:
     """The placement request of a job (its classes may be empty: see :func:`rejection`)."""
-    acc = spec.resources.accelerators
+    res = spec.resources
+    acc = res.accelerators
     classes = eligible_classes(spec, topo)
+    counts: tuple[int, ...] = ()
+    if acc.counts:
+        counts = tuple(_count_on(c, acc.models, acc.counts, topo) for c in classes)
     return Request(
         job=job_id,
         classes=classes,
@@ -156,7 +212,22 @@ def make_request(job_id: str, spec: JobSpec, topo: Topology) -> Request:
         preferred=spec.topology.preferred.domain if spec.topology.preferred else None,
         comm_bytes=spec.workload.bytes_per_step or 0.0,
         step_rates=tuple(_speed(c, spec)[0] for c in classes) if spec.workload.throughput else (),
+        counts=counts,
+        cpus=res.cpus or 0.0,
+        memory_gb=res.memory_gb or 0.0,
+        per_host=spec.launch is LaunchMode.PER_HOST,
+        prefer=acc.prefer,
     )
+
+
+def _count_on(
+    cls: DeviceClass, models: tuple[str, ...], counts: tuple[int, ...], topo: Topology
+) -> int:
+    """The count the user gave for the listed name that ``cls`` matches (the first)."""
+    for name, n in zip(models, counts, strict=True):
+        if cls.model.name in _resolve((name,), topo)[0]:
+            return n
+    raise AssertionError(f"{cls.key} matches none of {models}")
 
 
 def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
@@ -170,9 +241,31 @@ def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     return found
 
 
+def _host_rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
+    """A rank's CPU cores or memory more than any host has (hosts that declare none are
+    not limited)."""
+    res = spec.resources
+    for key, want, declared, most, unit, what in (
+        ("resources.cpus", res.cpus, topo.host_cpu, topo.most_cpu, CPU_UNITS, "CPU cores"),
+        ("resources.memory_gb", res.memory_gb, topo.host_mem, topo.most_mem, MEMORY_UNITS,
+         "GB of memory"),
+    ):  # fmt: skip
+        if not want or len(declared) < len(topo.hosts):
+            continue
+        need = cpu_units(want) if unit == CPU_UNITS else memory_units(want)
+        if need > most:
+            return Rejection(
+                key, want, f"needs {want:g} {what} per rank; the largest host has {most / unit:g}"
+            )
+    return None
+
+
 def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     fabric = topo.fabric
     acc = spec.resources.accelerators
+    host = _host_rejection(spec, topo)
+    if host is not None or acc.none:
+        return host
     here = sorted({c.model.name for c in topo.classes.values()})
     _, unknown = canonical_models(spec, topo)
     key = "resources.accelerators"
@@ -207,6 +300,16 @@ def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
                 f"{' per share' if acc.share < 1 else ''}; the most is {biggest:g} GB",
             )
         return Rejection("resources.kind", res.kind, f"fabric {fabric.name!r} has no such device")
+    if acc.counts:
+        req = make_request("", spec, topo)
+        fit = [
+            i for i, c in enumerate(classes)
+            if req.count_on(i) <= topo.largest(c.key, DomainLevel.FABRIC)
+        ]  # fmt: skip
+        if not fit:
+            return Rejection(key, acc.describe(), f"needs {acc.describe()}; the fabric has "
+                             "fewer of each")  # fmt: skip
+        return None
     total = max(topo.largest(c.key, DomainLevel.FABRIC) for c in classes)
     if acc.count > total:
         names = "|".join(dict.fromkeys(c.model.name for c in classes))

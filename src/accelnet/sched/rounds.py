@@ -459,7 +459,7 @@ class RoundScheduler(Scheduler):
             if placed is None:
                 waiting[job.id] = f"planned on {model}: {explain(mine, w.index)}"
                 continue
-            w.index.take_all(placed.devices, placed.share)
+            w.index.hold(placed)
             if mate is not None:  # the pair's devices: each member gets half of every one
                 placed = replace(placed, share=PACKED_SHARE)
                 reserved[mate] = placed

@@ -41,7 +41,15 @@ from accelnet.sched.snapshot import (
     Tenant,
 )
 from accelnet.sched.spec import JobSpec
-from accelnet.sched.topology import LEVEL_NAMES, LEVELS, Topology
+from accelnet.sched.topology import (
+    CPU_UNITS,
+    LEVEL_NAMES,
+    LEVELS,
+    MEMORY_UNITS,
+    Topology,
+    cpu_units,
+    memory_units,
+)
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
 _Usage = Mapping[str, Mapping[str, int]]
@@ -153,7 +161,8 @@ class Scheduler:
     def _number(self, req: Request, never: Rejection | None = None) -> int:
         """The number of ``req``'s shape: requests alike (and alike never-fit) share it."""
         key = (never and never.message, tuple(c.key for c in req.classes), req.count,
-               req.share, req.required, req.preferred, req.comm_bytes, req.step_rates)  # fmt: skip
+               req.share, req.required, req.preferred, req.comm_bytes, req.step_rates,
+               req.counts, req.cpus, req.memory_gb, req.per_host, req.prefer)  # fmt: skip
         return self._shapes.setdefault(key, len(self._shapes))
 
     def _required_at(self, base: Request, level: DomainLevel) -> tuple[Request, int]:
@@ -201,13 +210,17 @@ class Scheduler:
         free = {d: SHARE_UNITS for d, s in states if s.schedulable() and d in order}
         if running is None:
             running = [j for j in snapshot.jobs if j.state in _HOLDING and j.placement]
+        hosts: dict[str, tuple[int, int]] = {}
         for job in running:
             if job.placement is not None:
                 used = units(job.placement.share)
                 for d in job.placement.devices:
                     if d in free:
                         free[d] = max(0, free[d] - used)
-        return CapacityIndex(topo, {d: u / SHARE_UNITS for d, u in free.items()})
+                for host, cpus, gb in job.placement.hosts:
+                    cpu, mem = hosts.get(host, (0, 0))
+                    hosts[host] = (cpu + cpu_units(cpus), mem + memory_units(gb))
+        return CapacityIndex(topo, {d: u / SHARE_UNITS for d, u in free.items()}, hosts)
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Starts, preemptions and reasons for ``snapshot``; no I/O, no clock."""
@@ -447,7 +460,7 @@ class Scheduler:
             index.give(dev, share)
         placed = self.placement.place(req, index)
         if placed is not None:
-            index.take_all(placed.devices, placed.share)
+            index.hold(placed)
             run.starts.append(Start(job.id, placed))
             run.started(req, placed)
             _charge(run.usage, job.spec.tenant, placed)
@@ -682,7 +695,8 @@ class Reasons(Mapping[str, str]):
             if shared is not None:
                 return shared
         assert self._index is not None, "a shape left without a reason"
-        key = (req.classes, req.count, req.share, req.required)
+        key = (req.classes, req.count, req.share, req.required, req.counts, req.cpus,
+               req.memory_gb, req.per_host)  # fmt: skip
         why = self._shapes.get(key) or self._shapes.setdefault(key, explain(req, self._index))
         return why + (f"; over quota: {over}" if over else "")
 
@@ -893,9 +907,15 @@ def usage_of(running: Iterable[JobView]) -> dict[str, dict[str, int]]:
 
 def _charge(usage: dict[str, dict[str, int]], tenant: str, p: Placement, sign: int = 1) -> None:
     per = usage.setdefault(tenant, {})
-    amount = sign * len(p.devices) * units(p.share)
-    per[p.model] = per.get(p.model, 0) + amount
-    per["*"] = per.get("*", 0) + amount
+    if p.devices:
+        amount = sign * len(p.devices) * units(p.share)
+        per[p.model] = per.get(p.model, 0) + amount
+        per["*"] = per.get("*", 0) + amount
+    if p.hosts:
+        cpu = sum(cpu_units(c) for _, c, _ in p.hosts)
+        mem = sum(memory_units(g) for _, _, g in p.hosts)
+        per[QUOTA_CPUS] = per.get(QUOTA_CPUS, 0) + sign * cpu
+        per[QUOTA_MEMORY] = per.get(QUOTA_MEMORY, 0) + sign * mem
 
 
 def uncharge(usage: dict[str, dict[str, int]], tenant: str, p: Placement) -> None:
@@ -915,9 +935,15 @@ def _within_quota(
         return req, f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)", ""
     if not tenant.quota:
         return req, None, ""
-    used = {m: u / SHARE_UNITS for m, u in usage_units.get(job.spec.tenant, {}).items()}
+    mine = usage_units.get(job.spec.tenant, {})
+    used = {m: u / SHARE_UNITS for m, u in mine.items()}
     amount = req.count * req.share
     quota = canonical_quota(tenant.quota)
+    host_note = _host_quota(tenant.name, req, quota, mine)
+    if host_note is not None:
+        return req, host_note, ""
+    if req.cpu_only:
+        return req, None, ""
     total = quota.get("*")
     if total is not None and used.get("*", 0.0) + amount > total + 1e-9:
         note = (
@@ -925,17 +951,53 @@ def _within_quota(
             f"needs {amount:g} more"
         )
         return req, note, ""
-    allowed, blocked = [], []
-    for cls in req.classes:
+    allowed: list[int] = []
+    blocked: list[str] = []
+    for rank, cls in enumerate(req.classes):
         limit = quota.get(cls.model.name)
-        if limit is not None and used.get(cls.model.name, 0.0) + amount > limit + 1e-9:
+        need = req.count_on(rank) * req.share
+        if limit is not None and used.get(cls.model.name, 0.0) + need > limit + 1e-9:
             blocked.append(f"{cls.model.name} {limit:g} ({used.get(cls.model.name, 0.0):g} in use)")
         else:
-            allowed.append(cls)
+            allowed.append(rank)
     if blocked and not allowed:
         note = f"tenant {tenant.name} quota reached: {', '.join(blocked)}; needs {amount:g} more"
         return req, note, ""
-    return replace(req, classes=tuple(allowed)), None, ", ".join(blocked)
+    if not blocked:
+        return req, None, ""
+    narrowed = replace(
+        req,
+        classes=tuple(req.classes[i] for i in allowed),
+        counts=tuple(req.counts[i] for i in allowed) if req.counts else (),
+        step_rates=tuple(req.step_rates[i] for i in allowed) if req.step_rates else (),
+    )
+    return narrowed, None, ", ".join(blocked)
+
+
+QUOTA_CPUS = "cpus"  # quota keys (and usage keys) of CPU cores and host memory
+QUOTA_MEMORY = "memory_gb"
+
+
+def _host_quota(
+    tenant: str, req: Request, quota: Mapping[str, float], used: Mapping[str, int]
+) -> str | None:
+    """Why ``req``'s CPU cores or host memory would take its tenant over quota, or None.
+    A rank per device (or one per host, counted once: the hosts are not known yet)."""
+    ranks = 1 if req.per_host or req.cpu_only else req.count
+    for key, want, unit, what in (
+        (QUOTA_CPUS, req.cpus, CPU_UNITS, "CPU cores"),
+        (QUOTA_MEMORY, req.memory_gb, MEMORY_UNITS, "GB of host memory"),
+    ):
+        limit = quota.get(key)
+        if limit is None or not want:
+            continue
+        have = used.get(key, 0) / unit
+        if have + want * ranks > limit + 1e-9:
+            return (
+                f"tenant {tenant} quota is {limit:g} {what}; {have:g} in use, needs "
+                f"{want * ranks:g} more"
+            )
+    return None
 
 
 def canonical_quota(quota: Mapping[str, float]) -> dict[str, float]:

@@ -33,7 +33,7 @@ from sortedcontainers import SortedKeyList, SortedList
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
+from accelnet.sched.capacity import HOST_CPU, HOST_MEM, SHARE_UNITS, CapacityIndex, units
 from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
@@ -48,6 +48,7 @@ from accelnet.sched.scheduler import (
     usage_of,
 )
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
+from accelnet.sched.topology import cpu_units, memory_units
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
 
@@ -71,6 +72,7 @@ class Session:
         self._index = scheduler.capacity(Snapshot(fabric, 0.0, self._states, ()))
         self._stale: set[str] = set()  # devices whose entry in the index is out of date
         self._used: dict[str, int] = {}  # device -> share units held by jobs
+        self._host_used: dict[str, tuple[int, int]] = {}  # host -> CPU, memory units held
         self._jobs: dict[str, JobView] = {}
         self._holding: dict[str, JobView] = {}
         self._pending: dict[str, None] = {}
@@ -169,6 +171,9 @@ class Session:
         if self._stale:
             index, used, states = self._index, self._used, self._states
             for dev in self._stale:
+                if dev[0] in (HOST_CPU, HOST_MEM):
+                    index.reset_host(dev[1:], *self._host_used.get(dev[1:], (0, 0)))
+                    continue
                 state = states.get(dev)
                 ok = state is not None and state.schedulable()
                 index.reset(dev, SHARE_UNITS - used.get(dev, 0), ok)
@@ -194,6 +199,16 @@ class Session:
                 used.pop(dev, None)
             if dev in known:
                 stale.add(dev)
+        for host, cpus, gb in placement.hosts:
+            cpu, mem = self._host_used.get(host, (0, 0))
+            cpu += sign * cpu_units(cpus)
+            mem += sign * memory_units(gb)
+            if cpu or mem:
+                self._host_used[host] = (cpu, mem)
+            else:
+                self._host_used.pop(host, None)
+            if host in self.topo.host_order:
+                stale.add(HOST_CPU + host)
         if sign > 0:
             for tenant, per in usage_of([job]).items():
                 mine = self._usage.setdefault(tenant, {})

@@ -23,22 +23,30 @@ from accelnet.sched.spec import JobSpec
 class Placement:
     """Exact devices for a job: each gets ``share`` of one device (1.0 = the whole device).
 
-    ``span`` is the tightest domain level holding all of them.
+    ``span`` is the tightest domain level holding all of them. ``hosts``: the CPU cores
+    and host memory (GB) the job holds on each host, as (host, cpus, memory_gb), for a job
+    that asks for them; a CPU-only job has no devices, one host, and an empty model.
     """
 
     devices: tuple[str, ...]
     share: float
     model: str
     span: DomainLevel
+    hosts: tuple[tuple[str, float, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
-        return {
+        out: dict[str, Any] = {
             "devices": list(self.devices),
             "share": self.share,
             "model": self.model,
             "span": self.span.value,
         }
+        if self.hosts:
+            out["hosts"] = [
+                {"host": h, "cpus": cpus, "memory_gb": gb} for h, cpus, gb in self.hosts
+            ]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ _ALIAS = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 MAX_INPUTS = 64
 _FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ANY = "any"
+_NONE = "none"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_RUN_BYTES = 64 * 1024  # one argument of exec (the kernel's limit is 128 KiB)
 MAX_ENV_VALUE_BYTES = 32 * 1024
@@ -128,11 +129,24 @@ class Category(StrEnum):
     OTHER = "other"
 
 
+_REQUEST_KEYS = frozenset({"models", "any_of", "count", "share", "prefer", "counts"})
+
+
 def _parse_accelerators(value: Any) -> Any:
-    """``"H100:8"``, ``"any:2"``, ``"T4:0.25"``, ``"H100"`` -> the mapping form."""
+    """``"H100:8"``, ``"any:2"``, ``"T4:0.25"``, ``"H100"``, ``"none"``, ``{H100: 8,
+    A100: 16}`` -> the mapping form."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == _NONE):
+        return {"models": [], "count": 0}
+    if isinstance(value, dict) and value and not (_REQUEST_KEYS & value.keys()):
+        return _per_model_counts(value)
     if isinstance(value, dict) and "any_of" in value:
         value = {**value, "models": value["any_of"]}
         del value["any_of"]
+    if isinstance(value, dict) and value.get("counts") and "count" not in value:
+        counts = value["counts"]
+        if isinstance(counts, list | tuple) and all(type(n) is int for n in counts):
+            value = {**value, "count": min(counts)}
+    if isinstance(value, dict):
         return value
     if not isinstance(value, str):
         return value
@@ -158,15 +172,55 @@ def _parse_accelerators(value: Any) -> Any:
     return {"models": models, "count": int(number)}
 
 
+def _per_model_counts(value: dict[Any, Any]) -> dict[str, Any]:
+    """``{H100: 8, A100-80GB: 16}`` (SkyPilot's form: 8 H100 *or* 16 A100-80GB)."""
+    counts = []
+    for model, n in value.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(
+                f"{model}: {n!r} is not a count of devices (a whole number >= 1); write "
+                "{H100: 8, A100-80GB: 16} for 8 H100 or 16 A100-80GB"
+            )
+        counts.append(n)
+    return {"models": list(value), "count": min(counts), "counts": counts}
+
+
+class Prefer(StrEnum):
+    """Which of the allowed device models a job takes when several have room.
+
+    ``fit``: every allowed model is weighed together, the placement that fits tightest
+    (tightest domain, fewest free devices left around it; for a share, the partly used
+    device with the least room) wins, and speed only breaks ties; ``order``: the first
+    listed model with room, in the user's order; ``speed``: the fastest model with room
+    (measured throughput from the workload hints, then peak FLOP/s)."""
+
+    FIT = "fit"
+    ORDER = "order"
+    SPEED = "speed"
+
+
 class AcceleratorRequest(SpecModel):
-    """How many devices of which models; ``share`` < 1 asks for part of one device."""
+    """How many devices of which models; ``share`` < 1 asks for part of one device;
+    ``count`` 0 asks for none (a CPU-only job: see ``resources.cpus``)."""
 
     models: tuple[Annotated[str, Field(min_length=1, max_length=128)], ...] = Field(
-        (), description="acceptable device models, in order of preference; empty = any"
+        (), description="acceptable device models; empty = any"
     )
-    count: StrictInt = Field(1, ge=1, le=65536, description="devices in the gang")
+    count: StrictInt = Field(
+        1, ge=0, le=65536, description="devices in the gang (0: none, a CPU-only job)"
+    )
     share: StrictFloat = Field(
         1.0, ge=0.01, le=1, description="part of one device (with its memory), in 0.01 steps"
+    )
+    counts: tuple[Annotated[StrictInt, Field(ge=1, le=65536)], ...] = Field(
+        (),
+        description="devices in the gang per listed model ({H100: 8, A100-80GB: 16}: 8 H100 "
+        "or 16 A100-80GB); empty: count on every model",
+    )
+    prefer: Prefer = Field(
+        Prefer.FIT,
+        description="fit: the allowed model where the gang fits tightest; order: the first "
+        "listed model with room; speed: the fastest with room",
     )
 
     @model_validator(mode="before")
@@ -185,27 +239,112 @@ class AcceleratorRequest(SpecModel):
     def _share_of_one(self) -> AcceleratorRequest:
         if self.share < 1 and self.count != 1:
             raise ValueError("a fractional share is part of one device: count must be 1")
+        if self.count == 0 and self.models:
+            raise ValueError(
+                f"count 0 asks for no device, but models {', '.join(self.models)} are "
+                "listed: give a count, or leave models out for a CPU-only job"
+            )
+        if self.counts:
+            if len(self.counts) != len(self.models):
+                raise ValueError(
+                    f"counts has {len(self.counts)} entries for {len(self.models)} models: "
+                    "one count per listed model"
+                )
+            if self.share < 1:
+                raise ValueError("counts per model are whole devices; a share is one device")
+            if self.count != min(self.counts):
+                raise ValueError(
+                    f"count {self.count} with counts {list(self.counts)}: count is the "
+                    "smallest of counts (leave it out)"
+                )
         return self
 
+    @property
+    def none(self) -> bool:
+        """Whether no device is asked for (a CPU-only job)."""
+        return self.count == 0
+
+    def count_of(self, model: str) -> int:
+        """Devices in the gang on ``model`` (a listed name; ``count`` unless ``counts``)."""
+        if self.counts and model in self.models:
+            return self.counts[self.models.index(model)]
+        return self.count
+
     def describe(self) -> str:
-        """``8 x H100``, ``0.25 of a T4``, ``2 x any``."""
+        """``8 x H100``, ``0.25 of a T4``, ``2 x any``, ``8 x H100 or 16 x A100``, ``none``."""
+        if self.count == 0:
+            return "no accelerator"
+        if self.counts:
+            return " or ".join(f"{n} x {m}" for m, n in zip(self.models, self.counts, strict=True))
         models = "|".join(self.models) or "any"
         if self.share < 1:
             return f"{self.share:g} of a {models}"
         return f"{self.count} x {models}"
 
 
+MAX_CPUS = 4096.0
+MAX_HOST_MEMORY_GB = 1e6
+
+
 class ResourcesSpec(SpecModel):
-    """The devices a job needs."""
+    """The devices a job needs, and the CPU cores and host memory beside them.
+
+    ``cpus`` and ``memory_gb`` are per rank: per device with ``launch: per-device``, per
+    host with ``launch: per-host``, and for the job's one process when it asks for no
+    accelerator. Leaving ``accelerators`` out while giving ``cpus`` or ``memory_gb`` makes
+    a CPU-only job; leaving all three out asks for one device of any model, as before."""
 
     accelerators: AcceleratorRequest = Field(
         default_factory=AcceleratorRequest,
-        description='"H100:8", "any:2", "T4:0.25" or {any_of: [...], count: N}',
+        description='"H100:8", "any:2", "T4:0.25", {any_of: [...], count: N}, '
+        '{H100: 8, A100: 16} or "none"',
     )
     kind: DeviceKind | None = Field(None, description="gpu, tpu, npu, cpu or fpga")
     min_memory_gb: StrictFloat | None = Field(
-        None, gt=0, description="memory per device (or share)"
+        None, gt=0, description="accelerator memory per device (or share)"
     )
+    cpus: StrictFloat | None = Field(
+        None, gt=0, le=MAX_CPUS, description="CPU cores per rank (0.01 steps)"
+    )
+    memory_gb: StrictFloat | None = Field(
+        None, gt=0, le=MAX_HOST_MEMORY_GB, description="host memory (RAM) per rank, GB"
+    )
+
+    @field_validator("cpus", "memory_gb", mode="before")
+    @classmethod
+    def _whole_numbers_too(cls, v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_only(cls, value: Any) -> Any:
+        if (
+            isinstance(value, dict)
+            and "accelerators" not in value
+            and (value.get("cpus") is not None or value.get("memory_gb") is not None)
+        ):
+            return {**value, "accelerators": {"models": [], "count": 0}}
+        return value
+
+    @model_validator(mode="after")
+    def _cpu_only_asks_for_something(self) -> ResourcesSpec:
+        if self.accelerators.count == 0:
+            if self.cpus is None and self.memory_gb is None:
+                raise ValueError(
+                    "accelerators: none asks for no device: give cpus or memory_gb (what "
+                    "the CPU-only job needs on its host)"
+                )
+            if self.kind is not None or self.min_memory_gb is not None:
+                key = "kind" if self.kind is not None else "min_memory_gb"
+                raise ValueError(f"{key} describes an accelerator, but the job asks for none")
+        if self.cpus is not None and abs(self.cpus * 100 - round(self.cpus * 100)) > 1e-6:
+            raise ValueError(f"cpus {self.cpus:g}: CPU cores come in steps of 0.01")
+        return self
+
+    @property
+    def cpu_only(self) -> bool:
+        """Whether the job asks for no accelerator (its ranks need CPU and memory only)."""
+        return self.accelerators.count == 0
 
 
 class TopologySpec(SpecModel):

@@ -13,6 +13,7 @@ the domains it claims.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -28,6 +29,20 @@ LEVELS: tuple[DomainLevel, ...] = (
     DomainLevel.FABRIC,
 )
 DEPTHS = len(LEVELS)  # every device's chain has one domain of each level
+CPU_UNITS = 100  # the finest part of a CPU core a job can ask for: 0.01
+MEMORY_UNITS = 1000  # host memory is counted in MB (GB = 1,000 MB = 10^9 bytes)
+
+
+def cpu_units(cpus: float) -> int:
+    """CPU cores as whole units of 1/CPU_UNITS."""
+    return round(cpus * CPU_UNITS)
+
+
+def memory_units(gb: float) -> int:
+    """Host memory in GB as whole MB (rounded up: a request never gets less than asked)."""
+    return math.ceil(gb * MEMORY_UNITS - 1e-6)
+
+
 LEVEL_NAMES = {
     DomainLevel.NVLINK: "NVLink domain",
     DomainLevel.HOST: "host",
@@ -103,6 +118,7 @@ class Topology:
                 dom = self.domain_of[level][dev]
                 per[dom] = per.get(dom, 0) + 1
         self._largest: dict[tuple[str, DomainLevel], int] = {}
+        self._hosts(fabric)
         # memo of model-name resolution (request.canonical_models), keyed by the names
         self.resolved: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
         # per request shape (sched.request): eligible classes and never-fit verdicts
@@ -111,6 +127,31 @@ class Topology:
         # per device class: each node's devices of it (sched.reserve)
         self.class_devices: dict[str, dict[str, list[str]]] = {}
         self.hold_nodes: dict[tuple[object, ...], list[str]] = {}  # sched.reserve candidates
+
+    def _hosts(self, fabric: Fabric) -> None:
+        """Each device's host, and the CPU cores and memory hosts declare (as whole
+        :data:`CPU_UNITS` and :data:`MEMORY_UNITS`; a host that declares none is not
+        limited by them)."""
+        self.host_of: dict[str, str] = {d.id: d.host for d in fabric.devices.values()}
+        self.hosts: tuple[str, ...] = tuple(h.name for h in fabric.hosts if h.device_ids)
+        self.host_order: dict[str, int] = {h: i for i, h in enumerate(self.hosts)}
+        self.host_devices: dict[str, tuple[str, ...]] = {h.name: h.device_ids for h in fabric.hosts}
+        self.host_cpu: dict[str, int] = {}
+        self.host_mem: dict[str, int] = {}
+        for h in fabric.hosts:
+            if h.cpus is not None:
+                self.host_cpu[h.name] = cpu_units(h.cpus)
+            if h.memory_gb is not None:
+                self.host_mem[h.name] = memory_units(h.memory_gb)
+        self.limited_hosts: tuple[str, ...] = tuple(
+            h for h in self.hosts if h in self.host_cpu or h in self.host_mem
+        )
+        self.most_cpu = max(self.host_cpu.values(), default=0)
+        self.most_mem = max(self.host_mem.values(), default=0)
+
+    def host_limited(self, host: str) -> bool:
+        """Whether ``host`` declares its CPU cores or memory."""
+        return host in self.host_cpu or host in self.host_mem
 
     def _build_tree(self) -> None:
         sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}
