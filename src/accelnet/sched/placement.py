@@ -62,7 +62,7 @@ class PlacementStrategy(ABC):
             return self._place_share(req, index)
         topo = index.topo
         together = req.prefer is Prefer.FIT and len(req.classes) > 1
-        best: tuple[tuple[int, int, int, int], DeviceClass, str, int] | None = None
+        best: tuple[tuple[int, int, int, int, int], DeviceClass, str, int] | None = None
         for rank, cls in enumerate(req.classes):
             count = req.count_on(rank)
             if index.total_whole(cls.key) < count:
@@ -77,8 +77,12 @@ class PlacementStrategy(ABC):
                 # classes are weighed by best fit's tightness whatever the strategy, so
                 # every strategy takes the same class and only picks within it its own way
                 tight = index.best_fit(cls.key, depth, count, req.required) if together else None
-                free = index.whole_free(cls.key, tight) if tight is not None else 0
-                key = (int(missed), DEPTHS - depth, free, rank)
+                free = around = 0
+                if tight is not None:  # its free devices, then those of its parent
+                    free = index.whole_free(cls.key, tight)
+                    up = topo.nodes[tight].parent
+                    around = index.whole_free(cls.key, up) if up is not None else free
+                key = (int(missed), DEPTHS - depth, free, around, rank)
                 if best is None or key < best[0]:
                     best = (key, cls, node, count)
                 break
@@ -116,22 +120,24 @@ def _share_together(req: Request, index: CapacityIndex) -> Placement | None:
     """A share on the partly used device, of any allowed class, with the least room that
     fits it; else a fresh device from the class whose best-fitting NVLink domain has the
     fewest free (class order breaks ties)."""
-    best: tuple[tuple[int, int, int], DeviceClass, str] | None = None
+    best: tuple[tuple[int, int, int, int], DeviceClass, str] | None = None
     for rank, cls in enumerate(req.classes):
         dev = index.best_partial(cls.key, req.share)
         if dev is not None:
-            key = (0, index.free[dev], rank)
+            key = (0, index.free[dev], 0, rank)
         else:
             node = index.best_fit(cls.key, DEPTHS - 1, 1)
             if node is None:
                 continue
-            key = (1, index.whole_free(cls.key, node), rank)
+            up = index.topo.nodes[node].parent
+            around = index.whole_free(cls.key, up) if up is not None else 0
+            key = (1, index.whole_free(cls.key, node), around, rank)
             dev = node
         if best is None or key < best[0]:
             best = (key, cls, dev)
     if best is None:
         return None
-    (fresh, _, _), cls, where = best
+    (fresh, _, _, _), cls, where = best
     dev = gather(index, cls.key, where, 1)[0] if fresh else where
     return Placement((dev,), req.share, cls.model.name, index.topo.span((dev,)))
 
