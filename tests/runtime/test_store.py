@@ -380,3 +380,20 @@ def test_a_version_5_store_is_migrated_and_keeps_a_jobs_retry_time(tmp_path: Pat
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
     assert version.fetchone() == ("6",)
+
+
+def test_host_room_and_cpu_only_placements_are_kept(tmp_path: Path) -> None:
+    cpu = JobSpec.model_validate({"name": "c", "run": "true", "resources": {"cpus": 2.5}})
+    held = Placement(("h/gpu0", "h/gpu1"), 1.0, "L4", DomainLevel.HOST, (("h", 8.0, 16.5),))
+    alone = Placement((), 1.0, "", DomainLevel.HOST, (("h", 2.5, 0.0),))
+    db = tmp_path / "hosts.db"
+    store = SqliteStore(db)
+    for jid, spec, p in (("g-1", SPEC, held), ("c-1", cpu, alone)):
+        store.add(JobRecord(jid, spec, JobState.PENDING, 1.0))
+        store.transition(jid, JobState.ADMITTED, 2.0, "fits")
+        store.transition(jid, JobState.STARTING, 3.0, "placed", placement=p, attempts=1)
+    store.close()
+    again = SqliteStore(db)
+    assert again.get("g-1").placement == held
+    assert again.get("c-1").placement == alone
+    again.close()

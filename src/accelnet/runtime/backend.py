@@ -47,7 +47,10 @@ class TaskSpec:
     devices of the job, ``device`` first): it sees them all in ``CUDA_VISIBLE_DEVICES`` and
     ``ACCELNET_LOCAL_DEVICES``; empty: only ``device``. ``grace_s``: how long a command
     that is stopped (cancelled, preempted, timed out) has between SIGTERM and SIGKILL to
-    save its work (None: the backend's own).
+    save its work (None: the backend's own). ``cpus``: the CPU cores the task asked for
+    (``resources.cpus``): a backend that can pins it to that many cores of its own, none
+    shared with another pinned task (Linux CPU affinity); 0: not pinned. A CPU-only job's
+    task has no ``devices``: ``device`` only names where it runs (a device of its host).
     """
 
     task_id: str
@@ -70,6 +73,7 @@ class TaskSpec:
     workdir: str | None = None
     local_devices: tuple[str, ...] = ()
     grace_s: float | None = None
+    cpus: float = 0.0
 
 
 class TaskEventKind(StrEnum):

@@ -51,6 +51,8 @@ from accelnet.runtime.controller_runs import (
     _Run,
     _setup_specs,
     _world,
+    anchor,
+    where_placed,
 )
 from accelnet.runtime.inputs import InputGate, resolve, verdict
 from accelnet.runtime.store import JobRecord, Store, StoreError
@@ -428,7 +430,7 @@ class Controller:
         self._book.allocate(rec.id, placement.devices, now, placement.share)
         attempt = rec.attempts + 1
         self._transition(
-            rec.id, JobState.STARTING, now, f"placed on {', '.join(placement.devices)}",
+            rec.id, JobState.STARTING, now, f"placed on {where_placed(placement)}",
             placement=placement, attempts=attempt, nominated=(), retry_at=None,
         )  # fmt: skip
         nccl = self.nccl
@@ -436,6 +438,10 @@ class Controller:
         ranked = placement if ring is None else replace(placement, devices=ring)
         devices = self.fabric.devices
         hosts = [devices[d].host for d in ranked.devices]
+        beside = None
+        if not placement.devices:  # a CPU-only job: its one task, on its host
+            hosts = [placement.hosts[0][0]]
+            beside = anchor(self.fabric, hosts[0])
         run = self._runs[rec.id] = _Run(attempt, _world(rec, hosts), launched=now)
         if self.power is not None:
             self.power.started(rec, placement, attempt, now)
@@ -444,11 +450,11 @@ class Controller:
             self.store.log(rec.id, now, "job:inputs", "; ".join(
                 f"{alias} = outputs of {job} at {where(job)} (by reference)"
                 for alias, job in rec.inputs))  # fmt: skip
-        specs = _rank_specs(rec, run, ranked, _payload(rec), self.log_dir, hosts)
+        specs = _rank_specs(rec, run, ranked, _payload(rec), self.log_dir, hosts, beside)
         if nccl is not None and ring is not None:  # NCCL's variables for each task's host
             for spec in specs:
                 spec.rendezvous.update(nccl.env(ring, devices[spec.device].host))
-        setup = _setup_specs(rec, run, ranked, self.log_dir, hosts)
+        setup = _setup_specs(rec, run, ranked, self.log_dir, hosts, beside)
         if setup:  # the ranks start once setup has succeeded on every host
             run.pending = specs
             for host, spec in setup.items():

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from accelnet.fabric import DeviceKind, Fabric
 from accelnet.runtime.backend import Backend, SupportsProgress, TaskEventKind, TaskSpec
 from accelnet.runtime.entry import call_entrypoint
 from accelnet.runtime.store import JobRecord
@@ -70,8 +71,20 @@ def _by_host(devices: Sequence[str], hosts: Sequence[str]) -> dict[str, list[str
 
 
 def _world(rec: JobRecord, hosts: Sequence[str]) -> int:
-    """How many tasks an attempt of ``rec`` runs: one per device, or one per host."""
+    """How many tasks an attempt of ``rec`` runs: one per device, or one per host (one for
+    a CPU-only job)."""
+    if rec.spec.resources.cpu_only:
+        return 1
     return len(set(hosts)) if rec.spec.launch is LaunchMode.PER_HOST else len(hosts)
+
+
+def anchor(fabric: Fabric, host: str) -> str:
+    """The device a CPU-only task of ``host`` runs beside (its worker's lane): the host's
+    first CPU device, else its first device. The task gets none of it."""
+    ids = fabric.host(host).device_ids
+    devices = fabric.devices
+    cpu = [d for d in ids if devices[d].model.kind is DeviceKind.CPU]
+    return (cpu or list(ids))[0]
 
 
 def _rank_specs(
@@ -81,12 +94,17 @@ def _rank_specs(
     payload: bytes | None,
     log_dir: Path,
     hosts: Sequence[str],
+    beside: str | None = None,
 ) -> list[TaskSpec]:
     """The tasks of ``rec``'s attempt ``run`` on ``placement`` (``hosts``: the host of each
     of its devices): one per device with torchrun's per-rank variables, or, launched per
     host, one per host on its first device, driving all of them, with torchrun's per-node
-    options."""
+    options; a CPU-only job's one task runs ``beside`` a device of its host
+    (:func:`anchor`)."""
     devices = placement.devices
+    if not devices:
+        assert beside is not None, "a CPU-only task needs a device to run beside"
+        return [_spec(rec, run, 0, beside, placement, payload, log_dir, {})]
     if rec.spec.launch is LaunchMode.PER_HOST:
         groups = _by_host(devices, hosts)
         nodes = list(groups)
@@ -103,14 +121,23 @@ def _rank_specs(
 
 
 def _setup_specs(
-    rec: JobRecord, run: _Run, placement: Placement, log_dir: Path, hosts: Sequence[str]
+    rec: JobRecord,
+    run: _Run,
+    placement: Placement,
+    log_dir: Path,
+    hosts: Sequence[str],
+    beside: str | None = None,
 ) -> dict[str, TaskSpec]:
     """The setup tasks of ``rec``'s attempt ``run`` (none without ``setup``): one per host
-    of the placement, on its first device, each a task of its own (task id
-    ``<job>.<attempt>.setup-<node>``, logs beside the ranks'); by host."""
+    of the placement, on its first device (a CPU-only job's: ``beside``), each a task of
+    its own (task id ``<job>.<attempt>.setup-<node>``, logs beside the ranks'); by host."""
     if rec.spec.setup is None:
         return {}
-    groups = _by_host(placement.devices, hosts)
+    if placement.devices:
+        groups = _by_host(placement.devices, hosts)
+    else:
+        assert beside is not None
+        groups = {hosts[0]: [beside]}
     nodes = ",".join(groups)
     out = {}
     for node, (host, group) in enumerate(groups.items()):
@@ -122,7 +149,7 @@ def _setup_specs(
             rank=0,
             world=1,
             device=group[0],
-            devices=(group[0],),
+            devices=(group[0],) if placement.devices else (),
             command=rec.spec.setup,
             env=env,
             timeout_s=rec.spec.timeout_s,
@@ -131,8 +158,18 @@ def _setup_specs(
             tenant=rec.spec.tenant,
             share=placement.share,
             workdir=rec.spec.workdir,
+            cpus=rec.spec.resources.cpus or 0.0,
         )
     return out
+
+
+def where_placed(p: Placement) -> str:
+    """``h/gpu0, h/gpu1`` or, for a CPU-only job, ``host h (2 CPUs, 4 GB)``."""
+    if p.devices:
+        return ", ".join(p.devices)
+    host, cpus, gb = p.hosts[0]
+    room = ", ".join(x for x in (f"{cpus:g} CPUs" * bool(cpus), f"{gb:g} GB" * bool(gb)) if x)
+    return f"host {host} ({room})"
 
 
 def _spec(
@@ -168,6 +205,7 @@ def _spec(
         workdir=rec.spec.workdir,
         local_devices=local_devices,
         grace_s=stop_grace(rec.spec),
+        cpus=rec.spec.resources.cpus or 0.0,
     )
 
 

@@ -47,6 +47,7 @@ from accelnet.runtime.backend import (
     lookup_device,
 )
 from accelnet.runtime.clock import Clock
+from accelnet.runtime.cores import CoreBook
 from accelnet.runtime.handoff import SHM_ENV, HandoffArea
 from accelnet.runtime.local_workers import (
     _LIVENESS_CHECK_S,
@@ -140,6 +141,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         # busy, or a spare lane) -> whether a payload ran: cleaned before their next task
         self._dirty: dict[tuple[str, int], bool] = {}
         self._running_on: dict[str, int] = {}  # device -> its tasks running now (all lanes)
+        self._cores = CoreBook()  # which cores each task that asked for CPUs runs on
         self._ever_started = self._pool.ever_started
         self._events: list[TaskEvent] = []
         self._closed = False
@@ -234,9 +236,14 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             return
         if task.payload is not None and w.sys_path != sys.path:
             w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
+        self._send_run(w, task, req)
+
+    def _send_run(self, w: _Worker, task: TaskSpec, req: dict[str, Any]) -> None:
+        """Hand ``task`` to worker ``w``, on its own cores if it asked for CPUs."""
         w.task = _Task(task)
         self._tasks[task.task_id] = w.key
-        self._running_on[device.id] = self._running_on.get(device.id, 0) + 1
+        self._running_on[w.device] = self._running_on.get(w.device, 0) + 1
+        req["cpu_set"] = list(self._cores.lend(task.task_id, task.cpus)) if task.cpus else None
         self._pool.send(w, ("run", req))
 
     def _free_lane(self, device: Device) -> tuple[int, _Worker | None]:
@@ -531,6 +538,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._dirty[key] = self._dirty.get(key, False) or w.task.spec.payload is not None
         w.task = None
         self._tasks.pop(task_id, None)
+        self._cores.give_back(task_id)
         self._emit(task_id, kind, **fields)
 
     def _lose(self, device: str, pid: int, how: str, task: str | None) -> None:
@@ -564,6 +572,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
     def _local_devices_env(self, task: TaskSpec) -> dict[str, str]:
         """A task launched per host sees every device it drives in
         ``CUDA_VISIBLE_DEVICES`` (in the order given: ring order), not only its own."""
+        if not task.devices:  # a CPU-only task: no accelerator, whatever runs beside it
+            return {"CUDA_VISIBLE_DEVICES": "", "ACCELNET_DEVICE": "", "ACCELNET_DEVICE_MODEL": ""}
         if not task.local_devices:
             return {}
         seen = (cuda_visible_devices(self._device(d), self._emulated) for d in task.local_devices)

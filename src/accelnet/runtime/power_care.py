@@ -157,7 +157,11 @@ class PowerCare:
         """See :class:`PowerHook`; without a budget, every start."""
         if self.governor is None:
             return starts
-        loads = [JobLoad(s.job, s.placement.devices, s.placement.share) for s in starts]
+        loads = [  # a CPU-only job draws on no device this governs: never delayed
+            JobLoad(s.job, s.placement.devices, s.placement.share)
+            for s in starts
+            if s.placement.devices
+        ]
         plan = self._plan(now, loads)
         for _ in range(_REPLANS):  # a refused cap pins its device: plan again without it
             if self._apply(plan, now, lower=True):
@@ -182,6 +186,8 @@ class PowerCare:
     def started(self, rec: JobRecord, placement: Placement, attempt: int, now: float) -> None:
         """See :class:`PowerHook`."""
         devices = placement.devices
+        if not devices:  # a CPU-only job: no device's energy to account
+            return
         self._running[rec.id] = JobLoad(rec.id, devices, placement.share)
         self._attempt[rec.id] = attempt
         self.book.start(f"{rec.id}#{attempt}", rec.id, devices, now, share=placement.share,

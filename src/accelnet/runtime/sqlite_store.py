@@ -152,14 +152,26 @@ def _attained_of(text: str) -> tuple[tuple[str, float], ...]:
 def _placement_text(p: Placement | None) -> str | None:
     if p is None:
         return None
-    return f"{p.share}|{p.model}|{p.span.value}|{','.join(p.devices)}"
+    text = f"{p.share}|{p.model}|{p.span.value}|{','.join(p.devices)}"
+    if p.hosts:  # host=cpus:memory_gb;... after a second bar (older rows have none)
+        text += "|" + ";".join(f"{h}={c!r}:{g!r}" for h, c, g in p.hosts)
+    return text
 
 
 def _placement_of(text: str | None) -> Placement | None:
     if not text:
         return None
-    share, model, span, devices = text.split("|", 3)
-    return Placement(tuple(devices.split(",")), float(share), model, DomainLevel(span))
+    share, model, span, rest = text.split("|", 3)
+    devices, _, hosts = rest.partition("|")
+    held = []
+    for item in filter(None, hosts.split(";")):
+        host, _, amounts = item.rpartition("=")
+        cpus, _, gb = amounts.partition(":")
+        held.append((host, float(cpus), float(gb)))
+    return Placement(
+        tuple(filter(None, devices.split(","))), float(share), model, DomainLevel(span),
+        tuple(held),
+    )  # fmt: skip
 
 
 class SqliteStore(Store):

@@ -243,7 +243,11 @@ class Worker:
         ``Popen`` refuses: a NUL byte, text that is not UTF-8, a huge environment) fails
         that task, never this worker, which serves the device's next task."""
         task_id: str = req["task_id"]
+        before: set[int] | None = None
         try:
+            # the task (and every process it starts) runs on its cores: set on this
+            # thread before the command is spawned or the function called, undone after
+            before = pin(req.get("cpu_set"))
             out, err = self._spool_fd("out"), self._spool_fd("err")
             if req["command"] is not None:
                 self._run_command(req, out, err)
@@ -256,6 +260,8 @@ class Worker:
                 self.child = None
             why = f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e)
             self._finish(req, "failed", error=f"cannot start the task {task_id}: {why}")
+        finally:
+            unpin(before)
 
     def _spool_fd(self, stream: str) -> int:
         fd = self.fds.get(stream)
@@ -379,6 +385,23 @@ class Worker:
 
 
 _Outcome = tuple[str, int | None, str | None, bytes | None]  # kind, exit code, error, result
+
+
+def pin(cores: list[int] | None) -> set[int] | None:
+    """Run the calling thread (and what it starts from now on) on ``cores``; the mask it
+    had, to :func:`unpin` to (None: nothing changed: no cores, or no CPU affinity here)."""
+    setter = getattr(os, "sched_setaffinity", None)
+    if not cores or setter is None:
+        return None
+    before = set(os.sched_getaffinity(0))
+    setter(0, set(cores))
+    return before
+
+
+def unpin(before: set[int] | None) -> None:
+    """Undo :func:`pin`."""
+    if before is not None:
+        os.sched_setaffinity(0, before)
 
 
 def _call(

@@ -1,0 +1,128 @@
+"""CPU and memory requests on real worker processes: CPU-only jobs run on their host with
+no accelerator in sight, tasks that ask for cores are pinned to that many (Linux CPU
+affinity), and a host's declared cores bound what runs there at once."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelnet.runtime.controller import JobRejectedError
+from accelnet.runtime.cores import CoreBook
+from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched import JobSpec, JobState
+
+FABRIC = """\
+name: cpu-pair
+switches:
+  - {name: leaf0, kind: leaf}
+hosts:
+  - {name: "node{i}", count: 2, devices: "2xL4", cpus: 4, memory_gb: 16, nics: "1xEth-100G",
+     network: leaf0}
+"""
+
+# what a task sees: its CPU affinity and the accelerators it was given
+PROBE = (
+    f'{sys.executable} -c "import os; print(len(os.sched_getaffinity(0)), '
+    "repr(os.environ.get('CUDA_VISIBLE_DEVICES')), repr(os.environ.get('ACCELNET_DEVICE')))\" "
+    "> {out}"
+)
+
+needs_affinity = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS"
+)
+
+
+def spec(**fields: object) -> JobSpec:
+    return JobSpec.model_validate(fields)
+
+
+@pytest.fixture
+def fabric(tmp_path: Path) -> str:
+    path = tmp_path / "cpu-pair.yaml"
+    path.write_text(FABRIC)
+    return str(path)
+
+
+@needs_affinity
+def test_a_cpu_only_job_runs_on_its_host_pinned_and_without_accelerators(
+    fabric: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "seen"
+    with LocalCluster(fabric, workdir=tmp_path / "work") as cluster:
+        job = cluster.submit_spec(
+            spec(name="etl", run=PROBE.format(out=out), resources={"cpus": 1, "memory_gb": 2})
+        )
+        rec = job.wait(120)
+        assert rec.state is JobState.SUCCEEDED, rec.error
+        assert rec.placement is not None and rec.placement.devices == ()
+        ((host, cpus, gb),) = rec.placement.hosts
+        assert host in {"node0", "node1"} and (cpus, gb) == (1.0, 2.0)
+        placed = [e.detail for e in cluster.store.events(rec.id) if e.kind == "job:starting"]
+        assert placed == [f"placed on host {host} (1 CPUs, 2 GB)"]
+    cores, visible, device = out.read_text().split()
+    assert int(cores) == 1  # pinned to the one core it asked for
+    assert visible == device == "''"  # no accelerator, though it ran beside an L4's worker
+
+
+@needs_affinity
+def test_a_gpu_job_asking_for_cores_is_pinned_to_that_many(fabric: str, tmp_path: Path) -> None:
+    machine = len(os.sched_getaffinity(0))
+    out = tmp_path / "seen"
+    with LocalCluster(fabric, workdir=tmp_path / "work") as cluster:
+        job = cluster.submit_spec(
+            spec(name="g", run=PROBE.format(out=out), resources={"accelerators": "L4:1", "cpus": 2})
+        )
+        rec = job.wait(120)
+        assert rec.state is JobState.SUCCEEDED, rec.error
+        assert rec.placement is not None and rec.placement.hosts[0][1:] == (2.0, 0.0)
+    cores, _, device = out.read_text().split()
+    assert int(cores) == min(2, machine)
+    assert device.strip("'").startswith("node")  # its L4
+
+
+def test_a_hosts_cores_bound_what_runs_there_at_once(fabric: str, tmp_path: Path) -> None:
+    # four jobs of 3 cores on two hosts of 4 cores: at most one per host at a time
+    with LocalCluster(fabric, workdir=tmp_path / "work") as cluster:
+        jobs = [
+            cluster.submit_spec(spec(name=f"c{i}", run="sleep 0.2", resources={"cpus": 3}))
+            for i in range(4)
+        ]
+        recs = [j.wait(120) for j in jobs]
+        assert all(r.state is JobState.SUCCEEDED for r in recs), [r.error for r in recs]
+        spans: dict[str, list[tuple[float, float]]] = {}
+        for r in recs:
+            assert r.placement is not None and r.started_at is not None
+            assert r.finished_at is not None
+            spans.setdefault(r.placement.hosts[0][0], []).append((r.started_at, r.finished_at))
+    for host, runs in spans.items():
+        runs.sort()
+        for (_, end), (start, _) in itertools.pairwise(runs):
+            assert start >= end, (host, runs)  # never two 3-core jobs on one 4-core host
+
+
+def test_a_cpu_only_job_larger_than_any_host_is_refused_at_submit(
+    fabric: str, tmp_path: Path
+) -> None:
+    with LocalCluster(fabric, workdir=tmp_path / "work") as cluster:
+        with pytest.raises(JobRejectedError) as caught:
+            cluster.submit_spec(spec(name="big", run="true", resources={"cpus": 8}))
+        assert cluster.store.jobs() == []  # nothing kept of it
+    message = str(caught.value)
+    assert "resources.cpus" in message
+    assert "needs 8 CPU cores per rank; the largest host has 4" in message
+
+
+def test_the_core_book_lends_distinct_cores_then_shares_the_least_used() -> None:
+    book = CoreBook({0, 1, 2, 3})
+    assert book.lend("a", 2) == (0, 1)
+    assert book.lend("b", 1.5) == (2, 3)  # 1.5 cores: two of them
+    assert book.lend("c", 1) == (0,)  # none free: the least used
+    book.give_back("b")
+    assert book.lend("d", 2) == (2, 3)
+    assert book.lend("e", 9) == (0, 1, 2, 3)  # never more than there are
+    assert CoreBook(set()).lend("x", 2) == ()  # nothing to lend: not pinned
