@@ -86,6 +86,9 @@ TARGET_SIZE = 16_384
 TARGET_US = 1000.0
 ORDERINGS = ("fifo", "priority")
 STRATEGIES = ("best-fit", "first-fit")
+HOST_ROW = "best-fit, CPU+memory"  # best-fit on the same requests asking for cores and RAM
+HOST_CPUS, HOST_MEMORY_GB = 224, 2048  # what every host declares (a DGX H100's)
+CPUS_PER_RANK, MEMORY_GB_PER_RANK = 24.0, 224.0  # 8 ranks: 192 of 224 cores, 1,792 GB
 
 # Request kinds: (accelerators, required topology level or None).
 KINDS: dict[str, tuple[str, str | None]] = {
@@ -119,13 +122,18 @@ def gpus_of(kind: str) -> float:
     return float(acc.rpartition(":")[2])
 
 
-def make_spec(name: str, kind: str, priority: int = 0) -> JobSpec:
-    """A validated job spec of ``kind``."""
+def make_spec(name: str, kind: str, priority: int = 0, host: bool = False) -> JobSpec:
+    """A validated job spec of ``kind`` (``host``: asking for CPU cores and memory per
+    rank too, half as much for a half share)."""
     acc, required = KINDS[kind]
+    resources: dict[str, Any] = {"accelerators": acc}
+    if host:
+        part = min(1.0, gpus_of(kind))
+        resources |= {"cpus": CPUS_PER_RANK * part, "memory_gb": MEMORY_GB_PER_RANK * part}
     doc: dict[str, Any] = {
         "name": name,
         "priority": priority,
-        "resources": {"accelerators": acc},
+        "resources": resources,
         "run": "true",
     }
     if required is not None:
@@ -135,7 +143,10 @@ def make_spec(name: str, kind: str, priority: int = 0) -> JobSpec:
 
 def preset_ref(gpus: int) -> str:
     """The generator reference of a fabric with ``gpus`` GPUs."""
-    return f"fat-tree:hosts={gpus // GPUS_PER_HOST},gpus_per_host={GPUS_PER_HOST}"
+    return (
+        f"fat-tree:hosts={gpus // GPUS_PER_HOST},gpus_per_host={GPUS_PER_HOST},"
+        f"cpus_per_host={HOST_CPUS},memory_gb_per_host={HOST_MEMORY_GB}"
+    )
 
 
 def preload(
@@ -148,9 +159,8 @@ def preload(
     i = 0
     while asked < fill * n:
         kind = draw_kind(rng, fractional=False)
-        queued.append(
-            JobView(f"r{i}", make_spec(f"r{i}", kind), JobState.ADMITTED, submitted_at=float(i))
-        )
+        spec = make_spec(f"r{i}", kind, host=True)
+        queued.append(JobView(f"r{i}", spec, JobState.ADMITTED, submitted_at=float(i)))
         asked += gpus_of(kind)
         i += 1
     decision = Scheduler("fifo", "best-fit", "none").decide(
@@ -209,11 +219,19 @@ def fragmentation(index: CapacityIndex) -> dict[str, int]:
     }
 
 
-def make_requests(n: int, rng: random.Random, topo: Topology) -> tuple[list[str], list[Request]]:
-    """``n`` requests of the mix: their kinds and the placement requests."""
+def make_requests(
+    n: int, rng: random.Random, topo: Topology
+) -> tuple[list[str], list[Request], list[Request]]:
+    """``n`` requests of the mix: their kinds, the placement requests, and the same asking
+    for CPU cores and memory too."""
     kinds = [draw_kind(rng) for _ in range(n)]
     specs = {k: make_spec(f"kind-{k.replace('.', '_')}", k) for k in KINDS}
-    return kinds, [make_request(f"p{i}", specs[k], topo) for i, k in enumerate(kinds)]
+    hosts = {k: make_spec(f"kind-{k.replace('.', '_')}", k, host=True) for k in KINDS}
+    return (
+        kinds,
+        [make_request(f"p{i}", specs[k], topo) for i, k in enumerate(kinds)],
+        [make_request(f"h{i}", hosts[k], topo) for i, k in enumerate(kinds)],
+    )
 
 
 def make_queue(
@@ -281,6 +299,8 @@ def check_placement(
     span_doms = {topo.domain_of[p.span][d] for d in p.devices}
     if len(span_doms) != 1:
         raise AssertionError(f"{req.job}: span {p.span.value} but {len(span_doms)} domains")
+    if req.needs_host and not (p.hosts and index.host_fits(p.hosts)):
+        raise AssertionError(f"{req.job}: hosts {p.hosts} lack the cores or memory")
 
 
 def check_decision(starts: Sequence[tuple[Request, Placement]], index: CapacityIndex) -> None:
@@ -332,32 +352,38 @@ def growth_exponent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, st
 def measure_placement(
     schedulers: dict[str, Scheduler],
     requests: Sequence[Request],
+    host_requests: Sequence[Request],
     kinds: Sequence[str],
     index: CapacityIndex,
     repeats: int,
     progress: Progress,
     label: str,
 ) -> dict[str, Any]:
-    """Per-call ``place`` latency of every strategy, interleaved; then a sanity check."""
+    """Per-call ``place`` latency of every strategy, interleaved (and best-fit on the
+    requests that ask for cores and memory, as :data:`HOST_ROW`); then a sanity check."""
     task = progress.add_task(f"{label}: placement", total=repeats)
-    place_ns: dict[str, list[list[int]]] = {s: [] for s in STRATEGIES}
+    rows = (*STRATEGIES, HOST_ROW)
+    place_ns: dict[str, list[list[int]]] = {s: [] for s in rows}
     placed: dict[str, int] = {}
+    asked = {**dict.fromkeys(STRATEGIES, requests), HOST_ROW: host_requests}
+    strategy = {**{s: s for s in STRATEGIES}, HOST_ROW: "best-fit"}
     for r in range(repeats):
-        order = STRATEGIES if r % 2 == 0 else tuple(reversed(STRATEGIES))
+        order = rows if r % 2 == 0 else tuple(reversed(rows))
         for s in order:
-            ns, placed[s] = time_places(schedulers[s].placement.place, requests, index)
+            place = schedulers[strategy[s]].placement.place
+            ns, placed[s] = time_places(place, asked[s], index)
             place_ns[s].append(ns)
         progress.advance(task)
-    free = dict(index.free)
-    for s in STRATEGIES:
-        for req in requests:
-            p = schedulers[s].placement.place(req, index)
+    free, cpu, mem = dict(index.free), dict(index.cpu), dict(index.mem)
+    for s in rows:
+        for req in asked[s]:
+            p = schedulers[strategy[s]].placement.place(req, index)
             if p is not None:
                 check_placement(req, p, index, free)
-    if index.free != free:
+    if (index.free, index.cpu, index.mem) != (free, cpu, mem):
         raise AssertionError("place() changed the index")
     out: dict[str, Any] = {}
-    for s in STRATEGIES:
+    for s in rows:
         flat = [x for rep in place_ns[s] for x in rep]
         per_kind: dict[str, float] = {}
         for kind in KINDS:
@@ -451,8 +477,10 @@ def bench_size(
         index_s.append(time.perf_counter() - start)
         progress.advance(task)
 
-    kinds, requests = make_requests(args.requests, rng, topo)
-    placement = measure_placement(schedulers, requests, kinds, index, args.repeats, progress, label)
+    kinds, requests, host_requests = make_requests(args.requests, rng, topo)
+    placement = measure_placement(
+        schedulers, requests, host_requests, kinds, index, args.repeats, progress, label
+    )
     queue, queue_kinds = make_queue(args.queue, random.Random(seed + 1), first_submit=9e5)
     snapshot = Snapshot.all_ready(fabric, running + tuple(queue), now=1e6)
     decide = measure_decide(snapshot, queue, topo, index, args.repeats, progress, label)
@@ -519,7 +547,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         for o in ORDERINGS:
             slope, how = growth_exponent(gpus, [s["decide"][o]["median_s"] for s in sizes])
             growth[f"decide_{o}"] = slope
-        for st in STRATEGIES:
+        for st in (*STRATEGIES, HOST_ROW):
             slope, how = growth_exponent(gpus, [s["placement"][st]["median_us"] for s in sizes])
             growth[f"placement_{st}"] = slope
         slope, how = growth_exponent(gpus, [s["index_build"]["median_s"] for s in sizes])
@@ -535,6 +563,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "best_fit_median_us": bf["median_us"],
             "first_fit_median_us": ff["median_us"],
             "best_over_first": bf["median_us"] / ff["median_us"],
+            "host_median_us": at["placement"][HOST_ROW]["median_us"],
+            "host_over_plain": at["placement"][HOST_ROW]["median_us"] / bf["median_us"],
         }
         target = {
             "statement": "a placement on a 16k-GPU fabric in under 1 ms median (best-fit)",
@@ -561,7 +591,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "mix": {
                 "fractional": f"{FRACTIONAL_P:.0%} {MODEL}:0.5",
                 "whole": "50% 1 GPU, 20% 2, 20% 4 (half required host), 10% 8 (required nvlink)",
-                "preload": "the whole-GPU part only",
+                "preload": "the whole-GPU part only, asking for cores and memory",
+                "host": f"every host declares {HOST_CPUS} cores and {HOST_MEMORY_GB} GB; "
+                f"the {HOST_ROW} requests ask {CPUS_PER_RANK:g} cores and "
+                f"{MEMORY_GB_PER_RANK:g} GB per rank (half for a half share)",
             },
             "orderings": list(ORDERINGS),
             "preemption": "none",
@@ -628,8 +661,8 @@ def report(result: dict[str, Any], console: Console) -> None:
         [f"{s['index_build']['median_s'] * 1e3:,.2f} ms" for s in sizes],
         growth.get("index_build"),
     )
-    for st in STRATEGIES:
-        pl = [s["placement"][st] for s in sizes]
+    for st in (*STRATEGIES, HOST_ROW):
+        pl = [s["placement"][st] for s in sizes if st in s["placement"]]
         row(
             f"place() {st} median",
             [f"{x['median_us']:,.2f} µs" for x in pl],
@@ -653,7 +686,8 @@ def report(result: dict[str, Any], console: Console) -> None:
         console.print(
             f"best-fit / first-fit median place() at {ratio['gpus']:,} GPUs: "
             f"{ratio['best_fit_median_us']:,.2f} / {ratio['first_fit_median_us']:,.2f} µs = "
-            f"{ratio['best_over_first']:.2f}x"
+            f"{ratio['best_over_first']:.2f}x; with CPU and memory in play "
+            f"{ratio['host_median_us']:,.2f} µs ({ratio['host_over_plain']:.2f}x)"
         )
     if target is not None:
         verdict, sign = ("MET", "<") if target["met"] else ("NOT MET", ">=")

@@ -21,7 +21,7 @@ from typing import Any
 
 from accelnet.api.admission import Admission, check_key, parse_json
 from accelnet.api.errors import conflict, invalid, not_found
-from accelnet.api.models import EventOut, EventsOut, JobOut, JobsOut
+from accelnet.api.models import EventOut, EventsOut, HostUseOut, JobOut, JobsOut
 from accelnet.api.port import ClusterPort
 from accelnet.api.tokens import Principal
 from accelnet.runtime.store import JobRecord, StoreError
@@ -138,6 +138,7 @@ class JobService:
             retry_at=rec.retry_at if rec.state is JobState.ADMITTED else None,
             devices=list(p.devices) if p else [], model=p.model if p else None,
             share=p.share if p else None,
+            hosts=[HostUseOut(host=h, cpus=c, memory_gb=g) for h, c, g in p.hosts] if p else [],
             reason=reason, error=rec.error,
             inputs=dict(rec.inputs), spec=spec,
         )  # fmt: skip

@@ -55,6 +55,14 @@ class WhoAmI(BaseModel):
     name: str
 
 
+class HostUseOut(BaseModel):
+    """What a job holds of one host beside its devices."""
+
+    host: str
+    cpus: float = Field(description="CPU cores")
+    memory_gb: float = Field(description="host memory, GB")
+
+
 class JobOut(BaseModel):
     """A job as the API shows it."""
 
@@ -74,6 +82,11 @@ class JobOut(BaseModel):
     devices: list[str] = Field(description="where it runs (or ran last)")
     model: str | None = Field(description="the device model of those devices")
     share: float | None = Field(description="part of each device (1: whole)")
+    hosts: list[HostUseOut] = Field(
+        default_factory=list,
+        description="CPU cores and host memory it holds on each host (jobs that ask for them; "
+        "a CPU-only job's one host)",
+    )
     reason: str | None = Field(description="why it waits (queued jobs only)")
     error: str | None
     inputs: dict[str, str] = Field(description="alias -> id of each job it consumes")

@@ -41,8 +41,10 @@ def host_use(req: Request, devices: tuple[str, ...], topo: Topology) -> HostUse:
     (a rank each), or once per host with ``per_host``; empty if it asks for neither."""
     if not req.needs_host:
         return ()
-    ranks: dict[str, int] = {}
     host_of = topo.host_of
+    if len(devices) == 1:
+        return ((host_of[devices[0]], req.cpus, req.memory_gb),)
+    ranks: dict[str, int] = {}
     for dev in devices:
         host = host_of[dev]
         ranks[host] = ranks.get(host, 0) + 1
@@ -75,20 +77,30 @@ def fit_hosts(
     memory its ranks need, with the hosts' use recorded (module docstring); None if no
     such choice. Leaves ``index`` as it was."""
     topo = index.topo
+    placed = place_devices(req, index)  # the common case: its hosts have the room
+    if placed is None:
+        return None
+    use = host_use(req, placed.devices, topo)
+    if index.host_fits(use):
+        return Placement(placed.devices, placed.share, placed.model, placed.span, use)
     mark = index.mark()
     try:
         hidden: set[str] = set()
         for _ in range(LAZY_TRIES):
-            placed = place_devices(req, index)
             if placed is None:
                 return None
-            use = host_use(req, placed.devices, topo)
             if index.host_fits(use):
                 return replace(placed, hosts=use)
             for one in use:
                 if one[0] not in hidden and not index.host_fits((one,)):
                     _hide(req, index, one[0])
                     hidden.add(one[0])
+            placed = place_devices(req, index)
+            use = () if placed is None else host_use(req, placed.devices, topo)
+        if placed is None:
+            return None
+        if index.host_fits(use):
+            return replace(placed, hosts=use)
         for host in topo.limited_hosts:
             if host not in hidden:
                 _hide(req, index, host)
