@@ -296,3 +296,17 @@ def test_no_host_cpu_memory_or_device_share_is_ever_over_committed(
 
 def test_placement_strategies_are_registered() -> None:
     assert {"best-fit", "first-fit", "frag-aware", "comm-aware"} <= set(PLACEMENTS)
+
+
+def test_a_job_short_of_cores_preempts_a_lower_priority_job_holding_them() -> None:
+    fab = fabric({"name": "a", "devices": "2xT4", "cpus": 8})
+    low = job("low", None, priority=0, resources={"cpus": 6})
+    d = decide(fab, low)
+    running = JobView("low", low.spec, JobState.RUNNING, 0.0, 0.0, placement=started(d)["low"])
+    high = job("high", None, t=1, priority=5, resources={"cpus": 4})
+    gpu = job("gpu", "T4:1", t=1, priority=5, resources={"accelerators": "T4:1", "cpus": 4})
+    for asker in (high, gpu):  # a CPU-only job, and a GPU job whose GPU is free
+        snap = Snapshot.all_ready(fab, (running, asker), now=10.0)
+        d = Scheduler("priority", "best-fit", "priority").decide(snap)
+        assert [p.job for p in d.preemptions] == ["low"], asker.id
+        assert "preempting" in d.waiting[asker.id]

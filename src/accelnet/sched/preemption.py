@@ -77,7 +77,7 @@ class _PrioritySearch(VictimSearch):
     def victims(
         self, job: JobView, req: Request, index: CapacityIndex, placement: PlacementStrategy
     ) -> list[JobView] | None:
-        if not req.classes:
+        if not req.classes and not req.cpu_only:
             return None
         shape = (tuple(c.key for c in req.classes), req.count, req.share, req.required,
                  req.preferred, req.counts, req.cpus, req.memory_gb, req.per_host)  # fmt: skip
@@ -96,16 +96,19 @@ class _PrioritySearch(VictimSearch):
         topo = index.topo
         keys = {c.key for c in req.classes}
         models = {c.model.name for c in req.classes}
+        host_bound = req.needs_host and bool(topo.limited_hosts)
         candidates = [
             v
             for v in self._order
             if v.priority < job.priority
             and v.id not in self._taken
             and v.placement is not None
-            and v.placement.model in models
+            and (v.placement.model in models or (host_bound and bool(v.placement.hosts)))
         ]
         if not candidates:
             return None
+        if req.cpu_only or host_bound:  # cores and memory may be what is short: try in order
+            return _release_until_placed(candidates, job, req, index, placement)
         # Arithmetic first: per domain of the level the job must fit in, what is free now
         # and what the candidates there could free. Only domains where that reaches the
         # gang are searched, and place() runs only once the released devices could suffice.
@@ -155,6 +158,37 @@ class _PrioritySearch(VictimSearch):
                 chosen.remove(v)
         index.rollback(mark)
         return chosen
+
+
+def _release_until_placed(
+    candidates: list[JobView],
+    job: JobView,
+    req: Request,
+    index: CapacityIndex,
+    placement: PlacementStrategy,
+) -> list[JobView] | None:
+    """Victims for a job that asks for host cores or memory (or only them): candidates
+    released in order until it fits, then those it turns out not to need kept (no domain
+    arithmetic: the room that is short may be a host's, not a device's)."""
+    mark = index.mark()
+    chosen: list[JobView] = []
+    for v in candidates:
+        release(index, v)
+        chosen.append(v)
+        if placement.place(req, index) is not None:
+            break
+    else:
+        index.rollback(mark)
+        return None
+    for v in list(reversed(chosen[:-1])):
+        inner = index.mark()
+        hold(index, v)
+        if placement.place(req, index) is None:
+            index.rollback(inner)
+        else:
+            chosen.remove(v)
+    index.rollback(mark)
+    return chosen
 
 
 def hold(index: CapacityIndex, job: JobView) -> None:
