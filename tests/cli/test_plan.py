@@ -78,3 +78,22 @@ def test_plan_lists_every_placement_and_takes_a_frag_aware_job_mix() -> None:
     assert code == 2 and "fractional share is one" in err
     code, _, err = run("plan", "mixed-lab", str(EXAMPLE), "--frag-mix", "1:1:1")
     assert code == 2 and "--frag-mix is for --placement frag-aware" in err
+
+
+def test_simulate_takes_the_frag_aware_mix_and_lists_every_placement(tmp_path: Path) -> None:
+    code, out, _ = run("simulate", "--help")
+    assert code == 0
+    for name in ("best-fit", "first-fit", "frag-aware", "comm-aware"):
+        assert name in out
+    assert "--frag-mix" in out
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival,gpus,duration\nj0,0,1,10\nj1,1,2,10\n")
+    code, out, err = run("simulate", "--fabric", "mixed-lab", "--trace", str(trace),
+                         "--placement", "frag-aware", "--frag-mix", "1:1:2,2:1:1")  # fmt: skip
+    assert code == 0, err
+    code, _, err = run("simulate", "--fabric", "mixed-lab", "--trace", str(trace),
+                       "--frag-mix", "1:1:2")  # fmt: skip
+    assert code == 2 and "--frag-mix is for --placement frag-aware" in err
+    code, _, err = run("simulate", "--fabric", "mixed-lab", "--trace", str(trace),
+                       "--placement", "frag-aware", "--frag-mix", "2:0.5")  # fmt: skip
+    assert code == 2 and "--frag-mix: job mix item 1" in err

@@ -18,9 +18,9 @@ from rich.text import Text
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit
 from accelnet.cli.job_cmd import load_or_exit_jobs
+from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.fabric import UnknownNameError
-from accelnet.sched import PLACEMENTS, JobState, JobView, Scheduler, Snapshot
-from accelnet.sched.packing import parse_mix
+from accelnet.sched import JobState, JobView, Scheduler, Snapshot
 
 
 def plan(
@@ -28,31 +28,20 @@ def plan(
     job_files: Annotated[list[str], typer.Argument(help="job files (YAML or JSON)")],
     as_json: JsonOpt = False,
     ordering: Annotated[str, typer.Option(help="fifo or priority")] = "fifo",
-    placement: Annotated[
-        str, typer.Option(help=f"placement strategy: {', '.join(PLACEMENTS)}")
-    ] = "best-fit",
+    placement: Annotated[str, typer.Option(help=PLACEMENT_HELP)] = "best-fit",
     preemption: Annotated[str, typer.Option(help="none or priority")] = "none",
     cpu_devices: CpuOpt = "per-core",
-    frag_mix: Annotated[
-        str | None,
-        typer.Option(
-            help="with frag-aware: the typical jobs it keeps room for, "
-            "count:share:weight,... (e.g. 1:0.5:2,1:1:2,4:1:1)"
-        ),
-    ] = None,
+    frag_mix: FragMixOpt = None,
 ) -> None:
     """Plan jobs on a fabric without running them: placements and reasons to wait."""
     fab = load_or_exit(fabric, cpu_devices)
-    if frag_mix is not None and placement != "frag-aware":
-        fail(f"--frag-mix is for --placement frag-aware, not {placement}", 2)
     try:
-        strategy = (PLACEMENTS.create(placement, mix=parse_mix(frag_mix))
-                    if frag_mix is not None else placement)  # fmt: skip
-        scheduler = Scheduler(ordering, strategy, preemption)
+        strategy = placement_maker(placement, frag_mix)()
+        scheduler = Scheduler(ordering, strategy or placement, preemption)
     except UnknownNameError as exc:
         fail(exc, 2)
     except ValueError as exc:
-        fail(f"--frag-mix: {exc}", 2)
+        fail(exc, 2)
     specs = load_or_exit_jobs(job_files, scheduler.topology(fab))
     names = [s.name for s in specs]
     dupes = sorted({n for n in names if names.count(n) > 1})

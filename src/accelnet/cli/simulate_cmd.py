@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +20,10 @@ from rich.progress import (
 )
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
+from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.fabric import Fabric, UnknownNameError
 from accelnet.sched import Scheduler
+from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.policies import QUEUE_POLICIES
 from accelnet.sim import metrics as sim_metrics
 from accelnet.sim import report
@@ -97,12 +99,9 @@ def simulate(
         ),
     ] = False,
     placement: Annotated[
-        str | None,
-        typer.Option(
-            help="placement strategy (default: the policy's own): best-fit, first-fit, "
-            "frag-aware, comm-aware"
-        ),
+        str | None, typer.Option(help=f"{PLACEMENT_HELP} (default: the policy's own)")
     ] = None,
+    frag_mix: FragMixOpt = None,
     reserve_after: Annotated[
         float | None,
         typer.Option(
@@ -138,7 +137,10 @@ def simulate(
         fail("--policy: give at least one policy", 2)
     try:
         model = _rates(rates, fab)
-        schedulers = _schedulers(names, model, (round_s, placement, reserve_after, locality_wait))
+        schedulers = _schedulers(
+            names, model, (round_s, placement_maker(placement, frag_mix), reserve_after,
+                           locality_wait)
+        )  # fmt: skip
         stream = stream_trace(trace, model, seed)  # lazy: read as the simulation runs
         notes = stream.notes
         faults = load_failures(failures) if failures is not None else []
@@ -218,7 +220,9 @@ def _rates(rates: Path | None, fab: Fabric) -> ThroughputModel:
 def _schedulers(
     names: list[str],
     model: ThroughputModel,
-    how: tuple[float | None, str | None, float | None, float | None],
+    how: tuple[
+        float | None, Callable[[], str | PlacementStrategy | None], float | None, float | None
+    ],
 ) -> list[Scheduler]:
     """One scheduler per policy name; ``how``: round length, placement, reserve-after and
     locality wait. ValueError for a locality wait with a round policy (it plans every
@@ -231,4 +235,4 @@ def _schedulers(
                 f"--locality-wait applies to the queue policies ({', '.join(QUEUE_POLICIES)}),"
                 f" not to {', '.join(rounds)}"
             )
-    return [make_scheduler(n, model, round_s or 360.0, placement, reserve_after) for n in names]
+    return [make_scheduler(n, model, round_s or 360.0, placement(), reserve_after) for n in names]

@@ -59,7 +59,7 @@ from accelnet.sched.colocate import (
 )
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
-from accelnet.sched.placement import explain
+from accelnet.sched.placement import PlacementStrategy, explain
 from accelnet.sched.roundplan import make_plan
 from accelnet.sched.scheduler import Scheduler, Walk, traffic_hook
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
@@ -247,7 +247,7 @@ class RoundScheduler(Scheduler):
     def __init__(
         self,
         policy: RoundPolicy,
-        placement: str = "best-fit",
+        placement: str | PlacementStrategy = "best-fit",
         round_s: float = 360.0,
         rates: RateFn | None = None,
         reset_s: float = 1920.0,

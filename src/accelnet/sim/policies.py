@@ -7,6 +7,7 @@ from __future__ import annotations
 from accelnet.sched import JobSpec, Scheduler
 from accelnet.sched.colocate import Factors, PairRateFn
 from accelnet.sched.jobinfo import RateFn
+from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.policies import POLICY_NAMES
 from accelnet.sched.policies import make_scheduler as _make
 from accelnet.sim.throughput import ThroughputModel
@@ -40,7 +41,7 @@ def make_scheduler(
     name: str,
     model: ThroughputModel | None = None,
     round_s: float = 360.0,
-    placement: str | None = None,
+    placement: str | PlacementStrategy | None = None,
     reserve_after_s: float | None = None,
 ) -> Scheduler:
     """A fresh scheduler for policy ``name``; ValueError listing the known ones

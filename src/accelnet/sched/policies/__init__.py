@@ -15,6 +15,7 @@ from typing import Any
 
 from accelnet.sched.colocate import PairRateFn
 from accelnet.sched.jobinfo import RateFn, hint_pairs
+from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.policies.drf import Drf
 from accelnet.sched.policies.energy import Energy
 from accelnet.sched.policies.finish_time_fair import FinishTimeFair
@@ -53,7 +54,7 @@ def make_scheduler(
     name: str,
     rates: RateFn | None = None,
     round_s: float = 360.0,
-    placement: str | None = None,
+    placement: str | PlacementStrategy | None = None,
     colocated: PairRateFn | None = None,
     reserve_after_s: float | None = None,
 ) -> Scheduler:
