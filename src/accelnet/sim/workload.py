@@ -37,7 +37,9 @@ class SimJob:
     """One job of a trace.
 
     ``work`` is in steps of ``job_type`` (the throughput table's unit). ``accelerators``
-    overrides the request (by default ``any:<gpus>``: any device model, faster first).
+    overrides the request (by default ``any:<gpus>`` with ``prefer: speed``: any device
+    model, faster first, as a throughput-table trace means it; a job file's ``any`` weighs
+    models by fit instead).
     ``deadline`` is absolute (seconds from the trace's start), None if there is none.
     ``throughput`` (steps/s per device model, one device) is the hint the scheduler's
     ``any`` ordering reads; the simulator fills it from its throughput model.
@@ -78,7 +80,9 @@ class SimJob:
             "checkpointable": self.checkpointable,
             "max_retries": self.max_retries,
             "deadline": self.deadline,
-            "resources": {"accelerators": self.accelerators or f"any:{self.gpus}"},
+            "resources": {
+                "accelerators": self.accelerators or {"count": self.gpus, "prefer": "speed"}
+            },
             "run": "simulated",
             "workload": {
                 "category": "training",
