@@ -197,6 +197,25 @@ def _discovered(backend: RayBackend, tmp_path: Path) -> None:
         assert f"/nodes/{host}/" in got["ACCELNET_OUTPUT"]  # the node's own folders
 
 
+def where_pinned() -> dict[str, Any]:
+    return {**where(), "cores": len(os.sched_getaffinity(0))}
+
+
+def test_a_cpu_only_task_runs_on_its_hosts_node_pinned_and_without_a_device(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    spec = dataclasses.replace(
+        task("cpu-only", "n2/gpu0", tmp_path, None, where_pinned), devices=(), cpus=1.0
+    )
+    gpu = dataclasses.replace(task("gpu-pinned", "n1/gpu0", tmp_path, None, where_pinned), cpus=1.0)
+    got = run(backend, spec, gpu)
+    alone, beside = got["cpu-only"].result, got["gpu-pinned"].result
+    assert alone["ACCELNET_RAY_NODE"] == backend.node_id("n2")  # on its host's node
+    assert alone["ACCELNET_DEVICE"] == "" and alone["CUDA_VISIBLE_DEVICES"] == ""
+    assert alone["cores"] == beside["cores"] == 1  # each pinned to the one core it asked
+    assert beside["ACCELNET_DEVICE"] == "n1/gpu0"
+
+
 def test_a_gang_across_nodes_starts_once_its_placement_group_is_ready(
     backend: RayBackend, tmp_path: Path
 ) -> None:
