@@ -140,7 +140,9 @@ def test_a_rolling_update_under_load_fails_no_request(tmp_path: Path) -> None:
     with LocalCluster("pcie-4xL4", workdir=tmp_path / "work") as cluster, \
             cluster.serve(two) as svc:  # fmt: skip
         wait_for(lambda: svc.ready_count() == 2, "two replicas")
-        load = Load(svc.url, clients=4, budget=400)
+        # the load goes on until 40 requests were answered more than a second after the
+        # update finished (however long the update takes on a busy machine)
+        load = Load(svc.url, clients=4, budget=100_000)
         load.start()
         wait_for(lambda: len(load.codes) >= 40, "the load to get going")
         v2 = ServiceSpec.model_validate({**two, "env": {"SERVICE_VERSION": "2"}})
@@ -148,10 +150,13 @@ def test_a_rolling_update_under_load_fails_no_request(tmp_path: Path) -> None:
         wait_for(lambda: not svc.updating(), "the update to finish")
         done_at = time.monotonic()
         wait_for(lambda: svc.ready_count() == 2, "two replicas of the new version")
+        wait_for(lambda: sum(t > done_at + 1.0 for t, _ in list(load.versions)) >= 40,
+                 "requests after the update", 180)  # fmt: skip
+        load.stop()
         load.join()
         reps = svc.replicas()
         retired = [e[2] for e in svc.events if e[1] == "retire"]
-    assert load.codes.count(200) == len(load.codes) == 4 * 400, sorted(set(load.codes))
+    assert load.codes.count(200) == len(load.codes) >= 80, sorted(set(load.codes))
     assert len(retired) == 2  # both old replicas, one at a time
     assert {v for t, v in load.versions if t > done_at + 1.0} == {"2"}
     assert {v for _, v in load.versions} == {"1", "2"}
