@@ -181,9 +181,11 @@ class CapacityIndex:
                     best = (count, first)
         if best is None:
             return None
-        node = self.topo.node_list[best[1]]
-        if depth == 0:
-            return node
+        topo = self.topo
+        node = topo.node_list[best[1]]
+        parent = topo.nodes[node].parent
+        if parent is None or self.whole[cls][parent] == best[0]:
+            return node  # the fabric, or a parent that holds no more: nothing fuller
         return self._fuller_parent(cls, node, best[0], within) or node
 
     def _fuller_parent(
@@ -198,8 +200,6 @@ class CapacityIndex:
         parent = topo.nodes[node].parent
         assert parent is not None
         ceiling = whole[parent]
-        if ceiling == count:  # the parent holds no more than the node: nothing fuller
-            return None
         found: tuple[int, int] | None = None  # (parent count, parent order)
         scanned = 0
         nodes, children, order = topo.nodes, topo.children, topo.node_order

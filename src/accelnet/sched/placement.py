@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from accelnet.fabric import DomainLevel
-from accelnet.sched.capacity import CapacityIndex
+from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex
 from accelnet.sched.hostfit import explain_hosts, fit_hosts, host_use, place_on_host
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
@@ -41,12 +41,14 @@ class PlacementStrategy(ABC):
         """Devices for the whole gang, on hosts with the CPU cores and memory its ranks
         need (:mod:`accelnet.sched.hostfit`), or None if it does not fit now; a CPU-only
         request gets room on one host."""
-        if req.cpu_only:
+        if req.count and not (req.cpus or req.memory_gb):  # devices only: the hot path
+            return self.place_devices(req, index)
+        if not req.count:
             return place_on_host(req, index)
-        if req.needs_host and index.topo.limited_hosts:
+        if index.topo.limited_hosts:
             return fit_hosts(self.place_devices, req, index)
         placed = self.place_devices(req, index)
-        if placed is not None and req.needs_host:
+        if placed is not None:
             return replace(placed, hosts=host_use(req, placed.devices, index.topo))
         return placed
 
@@ -61,18 +63,19 @@ class PlacementStrategy(ABC):
         if req.share < 1:
             return self._place_share(req, index)
         topo = index.topo
-        together = req.prefer is Prefer.FIT and len(req.classes) > 1
+        classes, counts, preferred = req.classes, req.counts, req.preferred
+        together = len(classes) > 1 and req.prefer is Prefer.FIT
         best: tuple[tuple[int, int, int, int, int], DeviceClass, str, int] | None = None
-        for rank, cls in enumerate(req.classes):
-            count = req.count_on(rank)
+        for rank, cls in enumerate(classes):
+            count = counts[rank] if counts else req.count
             if index.total_whole(cls.key) < count:
                 continue
             for depth in range(DEPTHS - 1, -1, -1):  # tightest domains first
                 node = self.pick(index, cls.key, depth, count, req.required)
                 if node is None:
                     continue
-                missed = req.preferred is not None and req.preferred not in topo.nodes[node].within
-                if not missed and not together:
+                missed = preferred is not None and preferred not in topo.nodes[node].within
+                if not (missed or together):
                     return self._realise(index, cls, node, count)
                 # classes are weighed by best fit's tightness whatever the strategy, so
                 # every strategy takes the same class and only picks within it its own way
@@ -152,8 +155,14 @@ def gather(index: CapacityIndex, cls: str, node: str, k: int) -> list[str]:
     topo = index.topo
     members = topo.children[node]
     if topo.nodes[node].depth == DEPTHS - 1:
-        free = [d for d in members if topo.class_of[d].key == cls and index.is_whole(d)]
-        return free[:k]
+        free, class_of = index.free, topo.class_of
+        out: list[str] = []
+        for d in members:  # the first k wholly free ones, in fabric order
+            if free.get(d) == SHARE_UNITS and class_of[d].key == cls:
+                out.append(d)
+                if len(out) == k:
+                    break
+        return out
     kids = [(index.whole_free(cls, c), i, c) for i, c in enumerate(members)]
     kids = [x for x in kids if x[0] > 0]
     fits = [x for x in kids if x[0] >= k]
@@ -161,7 +170,7 @@ def gather(index: CapacityIndex, cls: str, node: str, k: int) -> list[str]:
         _, _, child = min(fits)
         return gather(index, cls, child, k)
     kids.sort(key=lambda x: (-x[0], x[1]))
-    out: list[str] = []
+    out = []
     remaining = k
     for pos, (n, _, child) in enumerate(kids):
         rest = [x for x in kids[pos:] if x[0] >= remaining]
