@@ -97,3 +97,30 @@ def test_simulate_takes_the_frag_aware_mix_and_lists_every_placement(tmp_path: P
     code, _, err = run("simulate", "--fabric", "mixed-lab", "--trace", str(trace),
                        "--placement", "frag-aware", "--frag-mix", "2:0.5")  # fmt: skip
     assert code == 2 and "--frag-mix: job mix item 1" in err
+
+
+def test_plan_shows_cpu_only_jobs_on_their_host_and_refuses_one_no_host_holds(
+    tmp_path: Path,
+) -> None:
+    fabric = tmp_path / "f.yaml"
+    fabric.write_text(
+        "name: f\nswitches: [{name: leaf0, kind: leaf}]\n"
+        "hosts: [{name: n0, devices: 2xL4, cpus: 8, memory_gb: 32, nics: 1xEth-100G, "
+        "network: leaf0}]\n"
+    )
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - {name: etl, run: 'true', resources: {cpus: 2, memory_gb: 4}}\n")
+    code, out, err = run("plan", str(fabric), str(jobs), "--json")
+    assert code == 0, err
+    decision = json.loads(out)
+    (start,) = decision["starts"]
+    assert start["job"] == "etl" and start["devices"] == []
+    assert start["hosts"] == [{"host": "n0", "cpus": 2.0, "memory_gb": 4.0}]
+    code, out, _ = run("plan", str(fabric), str(jobs))
+    assert "host n0 (2 CPUs, 4 GB)" in out
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("{name: huge, run: 'true', resources: {cpus: 64}}\n")
+    code, _, err = run("plan", str(fabric), str(huge))
+    assert code == 1
+    assert "resources.cpus = 64.0: job huge: needs 64 CPU cores per rank" in err
+    assert "the largest host has 8" in err

@@ -71,6 +71,8 @@ def plan(
                 if len(p.devices) <= 4
                 else (f"{', '.join(p.devices[:3])}, ... ({len(p.devices)})")
             )
+            if not p.devices:  # a CPU-only job
+                devs = p.where()
             share = "" if p.share == 1 else f" x {p.share:g}"
             span = "device" if len(p.devices) == 1 else p.span.value
             table.add_row(Text(s.name), Text("start", "green"), Text(devs + share),

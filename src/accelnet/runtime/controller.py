@@ -52,7 +52,6 @@ from accelnet.runtime.controller_runs import (
     _setup_specs,
     _world,
     anchor,
-    where_placed,
 )
 from accelnet.runtime.inputs import InputGate, resolve, verdict
 from accelnet.runtime.store import JobRecord, Store, StoreError
@@ -430,7 +429,7 @@ class Controller:
         self._book.allocate(rec.id, placement.devices, now, placement.share)
         attempt = rec.attempts + 1
         self._transition(
-            rec.id, JobState.STARTING, now, f"placed on {where_placed(placement)}",
+            rec.id, JobState.STARTING, now, f"placed on {placement.where()}",
             placement=placement, attempts=attempt, nominated=(), retry_at=None,
         )  # fmt: skip
         nccl = self.nccl

@@ -163,15 +163,6 @@ def _setup_specs(
     return out
 
 
-def where_placed(p: Placement) -> str:
-    """``h/gpu0, h/gpu1`` or, for a CPU-only job, ``host h (2 CPUs, 4 GB)``."""
-    if p.devices:
-        return ", ".join(p.devices)
-    host, cpus, gb = p.hosts[0]
-    room = ", ".join(x for x in (f"{cpus:g} CPUs" * bool(cpus), f"{gb:g} GB" * bool(gb)) if x)
-    return f"host {host} ({room})"
-
-
 def _spec(
     rec: JobRecord,
     run: _Run,

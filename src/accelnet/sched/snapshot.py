@@ -48,6 +48,14 @@ class Placement:
             ]
         return out
 
+    def where(self) -> str:
+        """``h/gpu0, h/gpu1`` or, for a CPU-only job, ``host h (2 CPUs, 4 GB)``."""
+        if self.devices or not self.hosts:
+            return ", ".join(self.devices)
+        host, cpus, gb = self.hosts[0]
+        room = ", ".join(x for x in (f"{cpus:g} CPUs" * bool(cpus), f"{gb:g} GB" * bool(gb)) if x)
+        return f"host {host} ({room})"
+
 
 @dataclass(frozen=True, slots=True)
 class JobView:
