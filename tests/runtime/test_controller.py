@@ -128,6 +128,28 @@ def test_rejected_jobs_are_not_stored(tmp_path: Path) -> None:
         assert cluster.store.jobs() == []
 
 
+def test_a_drawn_job_id_that_meets_an_earlier_one_is_drawn_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from accelnet.runtime import controller as ctl
+    from accelnet.runtime.store import JobExistsError
+
+    same, other = uuid.UUID("1" * 32), uuid.UUID("2" * 32)
+    draws = iter([same, same, other])
+    real = uuid.uuid4
+    monkeypatch.setattr(ctl.uuid, "uuid4", lambda: next(draws, None) or real())
+    spec = JobSpec.model_validate({"name": "t", "run": "true"})
+    with accelnet.local(workdir=tmp_path) as cluster:
+        first = cluster.submit_spec(spec)
+        second = cluster.submit_spec(spec)  # drew the first one's suffix, then another
+        assert (first.id, second.id) == ("t-11111111", "t-22222222")
+        assert [r.id for r in cluster.store.jobs()] == [first.id, second.id]
+        with pytest.raises(JobExistsError):  # an id the caller chose is theirs to change
+            cluster.submit_spec(spec, job_id=first.id)
+
+
 def test_job_files_through_the_sdk(tmp_path: Path) -> None:
     from accelnet.sched.jobfile import JobSpecError
 

@@ -54,7 +54,7 @@ from accelnet.runtime.controller_runs import (
     anchor,
 )
 from accelnet.runtime.inputs import InputGate, resolve, verdict
-from accelnet.runtime.store import JobRecord, Store, StoreError
+from accelnet.runtime.store import JobExistsError, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
 from accelnet.sched.scheduler import Reasons
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from accelnet.runtime.nccl_tuning import NcclTuning
     from accelnet.runtime.power_care import PowerHook
 
+_ID_TRIES = 8  # draws of a job id suffix before giving up (each 32 random bits)
 _LIVE = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
 # logged (durably) when a job holding devices is cancelled, before its tasks are stopped: a
 # controller that restarts before they have ended cancels the job instead of requeueing it
@@ -192,13 +193,20 @@ class Controller:
             inputs = resolve(spec, self.store)
         except LookupError as exc:
             raise JobRejectedError(f"job {spec.name}: {exc.args[0]}") from None
-        jid = job_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
         now = self.clock.now()
-        rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload, inputs=inputs)
-        with self.store.batch():  # stored and admitted in one commit
-            self.store.add(rec)
-            self._admit_or_hold(self._keep(rec), now)
-        return jid
+        for _ in range(_ID_TRIES):
+            jid = job_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
+            rec = JobRecord(jid, spec, JobState.PENDING, now, payload=payload, inputs=inputs)
+            try:
+                with self.store.batch():  # stored and admitted in one commit
+                    self.store.add(rec)
+                    self._admit_or_hold(self._keep(rec), now)
+            except JobExistsError:
+                if job_id is not None:  # the caller's own id: theirs to change
+                    raise
+                continue  # a drawn suffix met an earlier job's (1 in 4e9 per pair): again
+            return jid
+        raise JobExistsError(f"job {spec.name}: no free id after {_ID_TRIES} draws")
 
     def cancel(self, job_id: str) -> None:
         """Cancel a job: queued ones at once, running ones by stopping their tasks (the

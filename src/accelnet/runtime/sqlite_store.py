@@ -38,7 +38,14 @@ from typing import Any
 from accelnet.devices import DeviceState
 from accelnet.devices.history import HistoryBucket, coarsen
 from accelnet.fabric import DomainLevel
-from accelnet.runtime.store import Event, IdempotencyRecord, JobRecord, Store, StoreError
+from accelnet.runtime.store import (
+    Event,
+    IdempotencyRecord,
+    JobExistsError,
+    JobRecord,
+    Store,
+    StoreError,
+)
 from accelnet.sched import JobSpec, JobState, Placement
 
 SCHEMA_VERSION = 6
@@ -233,7 +240,7 @@ class SqliteStore(Store):
                 self._db.execute(f"INSERT INTO jobs({_COLUMNS}, name) VALUES({marks})",
                                  (*self._row(record), record.spec.name))  # fmt: skip
             except sqlite3.IntegrityError:
-                raise StoreError(f"job {record.id!r} exists") from None
+                raise JobExistsError(f"job {record.id!r} exists") from None
             self._insert_event(record.id, record.submitted_at, f"job:{record.state.value}", cause)
 
     def get(self, job_id: str) -> JobRecord:

@@ -106,6 +106,10 @@ class StoreError(RuntimeError):
     """A store operation that cannot be done (unknown job, duplicate id, ...)."""
 
 
+class JobExistsError(StoreError):
+    """:meth:`Store.add` of a job id the store has already."""
+
+
 class Store(ABC):
     """Jobs, events and device states. Thread-safe; every write is durable on return."""
 
@@ -307,7 +311,7 @@ class MemoryStore(Store):
         """See :class:`Store`."""
         with self._lock:
             if record.id in self._jobs:
-                raise StoreError(f"job {record.id!r} exists")
+                raise JobExistsError(f"job {record.id!r} exists")
             self._jobs[record.id] = record
             self._index_job(record)
             self._named[None, record.spec.name] = record.id
