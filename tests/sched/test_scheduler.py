@@ -228,7 +228,7 @@ def test_unknown_policy_names_list_the_valid_ones() -> None:
 
     with pytest.raises(UnknownNameError, match="unknown ordering policy 'lifo'; known: fifo"):
         Scheduler("lifo")
-    with pytest.raises(UnknownNameError, match="known: best-fit, comm-aware, first-fit"):
+    with pytest.raises(UnknownNameError, match="known: best-fit, comm-aware, fgd, first-fit"):
         Scheduler(placement="worst-fit")
 
 

@@ -273,6 +273,14 @@ def _comm_aware(**params: object) -> PlacementStrategy:
     return CommAware(**params)  # type: ignore[arg-type]
 
 
+def _fgd(**params: object) -> PlacementStrategy:
+    """``fgd`` (sched.fgd), imported on first use (it builds on this module). FGD checks
+    its parameters (ValueError naming the bad one, TypeError for unknown ones)."""
+    from accelnet.sched.fgd import FGD  # noqa: PLC0415
+
+    return FGD(**params)  # type: ignore[arg-type]
+
+
 PLACEMENTS: Registry[PlacementStrategy] = Registry(
     "placement strategy",
     {
@@ -280,5 +288,6 @@ PLACEMENTS: Registry[PlacementStrategy] = Registry(
         "first-fit": FirstFit,
         "frag-aware": _frag_aware,
         "comm-aware": _comm_aware,
+        "fgd": _fgd,
     },
 )
