@@ -310,3 +310,34 @@ def test_a_job_short_of_cores_preempts_a_lower_priority_job_holding_them() -> No
         d = Scheduler("priority", "best-fit", "priority").decide(snap)
         assert [p.job for p in d.preemptions] == ["low"], asker.id
         assert "preempting" in d.waiting[asker.id]
+
+
+def test_per_model_counts_meet_quotas_and_round_policies_with_their_own_count() -> None:
+    fab = fabric({"name": "t", "devices": "8xT4", "cpus": 64}, {"name": "a", "devices": "1xA100"})
+    tenants = {"v": Tenant("v", quota={"cpus": 10, "*": 3})}
+    j = job("c", {"T4": 8, "A100": 2}, tenant="v", resources={
+        "accelerators": {"T4": 8, "A100": 2}, "cpus": 2})  # fmt: skip
+    d = decide(fab, j, tenants=tenants)
+    assert "c" not in started(d)  # 8 T4 x 2 cores = 16 > 10; 2 A100 do not exist
+    assert d.waiting["c"].endswith("over quota: 8 x T4")  # it used to start on 8 T4
+    alone = job("c2", {"T4": 8}, tenant="v", resources={"accelerators": "T4:8", "cpus": 2})
+    d = decide(fab, alone, tenants=tenants)
+    assert d.waiting["c2"] == "tenant v quota is 10 CPU cores; 0 in use, needs 16 more"
+    # a round policy narrows to one model per round: the count goes with its model
+    from accelnet.sched.policies import make_scheduler
+
+    small = job("s", {"T4": 4, "A100": 1})
+    for policy in ("las", "drf"):
+        got = make_scheduler(policy).decide(Snapshot.all_ready(fab, (small,), now=10.0))
+        (start,) = got.starts
+        want = 4 if start.placement.model == "T4" else 1
+        assert len(start.placement.devices) == want, (policy, start.placement)
+
+
+def test_counts_naming_any_or_a_model_twice_are_refused() -> None:
+    for bad, words in (
+        ({"any": 2}, "'any' has no count"),
+        ({"any_of": ["T4", "t4"], "counts": [1, 2]}, "twice"),
+    ):
+        with pytest.raises(ValidationError, match=words):
+            JobSpec.model_validate({"name": "c", "run": "x", "resources": {"accelerators": bad}})

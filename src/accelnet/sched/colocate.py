@@ -90,11 +90,8 @@ def pair_request(req: Request, other: Request) -> Request:
     device classes ``other`` (its mate's) accepts too, within the tighter of their required
     domains: both run on the devices it gets."""
     keys = {c.key for c in other.classes}
-    return replace(
-        req,
-        classes=tuple(c for c in req.classes if c.key in keys),
-        required=_tighter(req.required, other.required),
-    )
+    both = req.narrowed([i for i, c in enumerate(req.classes) if c.key in keys])
+    return replace(both, required=_tighter(req.required, other.required))
 
 
 def accepts(req: Request, devices: tuple[str, ...], topo: Topology) -> bool:

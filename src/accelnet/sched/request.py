@@ -7,7 +7,8 @@ rejected with the spec key and value that cause it, instead of queueing forever.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from accelnet.fabric import DomainLevel
 from accelnet.fabric.catalog import family, find_device_model
@@ -60,6 +61,16 @@ class Request:
     def needs_host(self) -> bool:
         """Whether the request asks for CPU cores or host memory."""
         return bool(self.cpus or self.memory_gb)
+
+    def narrowed(self, ranks: Sequence[int]) -> Request:
+        """The request with only ``classes[i]`` for ``i`` in ``ranks`` (and their counts
+        and step rates, which stay aligned with the classes)."""
+        return replace(
+            self,
+            classes=tuple(self.classes[i] for i in ranks),
+            counts=tuple(self.counts[i] for i in ranks) if self.counts else (),
+            step_rates=tuple(self.step_rates[i] for i in ranks) if self.step_rates else (),
+        )
 
     def count_on(self, rank: int) -> int:
         """The gang's size on ``classes[rank]``."""
@@ -224,10 +235,10 @@ def _count_on(
     cls: DeviceClass, models: tuple[str, ...], counts: tuple[int, ...], topo: Topology
 ) -> int:
     """The count the user gave for the listed name that ``cls`` matches (the first)."""
-    for name, n in zip(models, counts, strict=True):
+    for name, n in zip(models, counts, strict=True):  # the first name that matches
         if cls.model.name in _resolve((name,), topo)[0]:
             return n
-    raise AssertionError(f"{cls.key} matches none of {models}")
+    return max(counts)  # not reached: eligible classes match a listed name
 
 
 def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:

@@ -440,7 +440,7 @@ class RoundScheduler(Scheduler):
             if model is None:
                 waiting[job.id] = f"{self.policy.name}: not planned to run this round"
                 continue
-            mine = replace(req, classes=tuple(c for c in req.classes if c.model.name == model))
+            mine = req.narrowed([i for i, c in enumerate(req.classes) if c.model.name == model])
             mate = self._mate.get(job.id)
             if mate is not None:
                 packed = reserved.pop(job.id, None)

@@ -937,41 +937,45 @@ def _within_quota(
         return req, None, ""
     mine = usage_units.get(job.spec.tenant, {})
     used = {m: u / SHARE_UNITS for m, u in mine.items()}
-    amount = req.count * req.share
     quota = canonical_quota(tenant.quota)
-    host_note = _host_quota(tenant.name, req, quota, mine)
-    if host_note is not None:
-        return req, host_note, ""
     if req.cpu_only:
-        return req, None, ""
+        return req, _host_quota(tenant.name, req, quota, mine, 1), ""
     total = quota.get("*")
-    if total is not None and used.get("*", 0.0) + amount > total + 1e-9:
-        note = (
-            f"tenant {tenant.name} quota is {total:g} devices; {used.get('*', 0.0):g} in use, "
-            f"needs {amount:g} more"
-        )
-        return req, note, ""
     allowed: list[int] = []
     blocked: list[str] = []
-    for rank, cls in enumerate(req.classes):
+    first: str | None = None  # the first class's reason, when every class is over
+    for rank, cls in enumerate(req.classes):  # each class with its own gang size
+        count = req.count_on(rank)
+        need = count * req.share
+        note = _host_quota(tenant.name, req, quota, mine, 1 if req.per_host else count)
+        if note is None and total is not None and used.get("*", 0.0) + need > total + 1e-9:
+            note = (
+                f"tenant {tenant.name} quota is {total:g} devices; {used.get('*', 0.0):g} in "
+                f"use, needs {need:g} more"
+            )
         limit = quota.get(cls.model.name)
-        need = req.count_on(rank) * req.share
-        if limit is not None and used.get(cls.model.name, 0.0) + need > limit + 1e-9:
+        if (
+            note is None
+            and limit is not None
+            and used.get(cls.model.name, 0.0) + need > limit + 1e-9
+        ):
             blocked.append(f"{cls.model.name} {limit:g} ({used.get(cls.model.name, 0.0):g} in use)")
-        else:
+            note = f"tenant {tenant.name} quota reached: {blocked[-1]}; needs {need:g} more"
+        elif note is not None:
+            blocked.append(f"{count} x {cls.model.name}")
+        if note is None:
             allowed.append(rank)
-    if blocked and not allowed:
-        note = f"tenant {tenant.name} quota reached: {', '.join(blocked)}; needs {amount:g} more"
-        return req, note, ""
+        elif first is None:
+            first = note
+    if not allowed:
+        models = [b for b in blocked if "(" in b]
+        if models and len(models) == len(blocked) and len(models) > 1:
+            need = req.count * req.share
+            first = f"tenant {tenant.name} quota reached: {', '.join(models)}; needs {need:g} more"
+        return req, first, ""
     if not blocked:
         return req, None, ""
-    narrowed = replace(
-        req,
-        classes=tuple(req.classes[i] for i in allowed),
-        counts=tuple(req.counts[i] for i in allowed) if req.counts else (),
-        step_rates=tuple(req.step_rates[i] for i in allowed) if req.step_rates else (),
-    )
-    return narrowed, None, ", ".join(blocked)
+    return req.narrowed(allowed), None, ", ".join(blocked)
 
 
 QUOTA_CPUS = "cpus"  # quota keys (and usage keys) of CPU cores and host memory
@@ -979,11 +983,10 @@ QUOTA_MEMORY = "memory_gb"
 
 
 def _host_quota(
-    tenant: str, req: Request, quota: Mapping[str, float], used: Mapping[str, int]
+    tenant: str, req: Request, quota: Mapping[str, float], used: Mapping[str, int], ranks: int
 ) -> str | None:
-    """Why ``req``'s CPU cores or host memory would take its tenant over quota, or None.
-    A rank per device (or one per host, counted once: the hosts are not known yet)."""
-    ranks = 1 if req.per_host or req.cpu_only else req.count
+    """Why ``ranks`` ranks of ``req``'s CPU cores or host memory would take its tenant over
+    quota, or None (a job launched per host counts one rank: its hosts are not known yet)."""
     for key, want, unit, what in (
         (QUOTA_CPUS, req.cpus, CPU_UNITS, "CPU cores"),
         (QUOTA_MEMORY, req.memory_gb, MEMORY_UNITS, "GB of host memory"),

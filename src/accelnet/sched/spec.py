@@ -252,6 +252,12 @@ class AcceleratorRequest(SpecModel):
                 )
             if self.share < 1:
                 raise ValueError("counts per model are whole devices; a share is one device")
+            lowered = [m.lower() for m in self.models]
+            if _ANY in lowered:
+                raise ValueError("counts are per named model: 'any' has no count of its own")
+            twice = sorted({m for m in self.models if lowered.count(m.lower()) > 1})
+            if twice:
+                raise ValueError(f"counts name {', '.join(twice)} twice: one count per model")
             if self.count != min(self.counts):
                 raise ValueError(
                     f"count {self.count} with counts {list(self.counts)}: count is the "
