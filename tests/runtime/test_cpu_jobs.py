@@ -126,3 +126,35 @@ def test_the_core_book_lends_distinct_cores_then_shares_the_least_used() -> None
     assert book.lend("d", 2) == (2, 3)
     assert book.lend("e", 9) == (0, 1, 2, 3)  # never more than there are
     assert CoreBook(set()).lend("x", 2) == ()  # nothing to lend: not pinned
+
+
+def test_a_cpu_only_task_beside_a_gpu_does_not_keep_it_from_being_refreshed(
+    tmp_path: Path,
+) -> None:
+    one = tmp_path / "one.yaml"
+    one.write_text(
+        "name: one\nswitches: [{name: leaf0, kind: leaf}]\n"
+        "hosts: [{name: node0, devices: 1xL4, cpus: 4, nics: 1xEth-100G, network: leaf0}]\n"
+    )
+    gate = tmp_path / "gate"
+    with LocalCluster(str(one), workdir=tmp_path / "work") as cluster:
+        # the CPU-only job waits for the GPU job to end, so it runs across its refresh
+        etl = cluster.submit_spec(
+            spec(name="etl", resources={"cpus": 1},
+                 run=f"while [ ! -e {gate} ]; do sleep 0.05; done; sleep 0.5")
+        )  # fmt: skip
+        gpu = cluster.submit_spec(
+            spec(name="gpu", run=f"touch {gate}", resources={"accelerators": "L4:1"})
+        )
+        assert gpu.wait(120).state is JobState.SUCCEEDED
+        rec = etl.wait(120)
+        assert rec.state is JobState.SUCCEEDED, rec.error
+        again = cluster.submit_spec(
+            spec(name="again", run="true", resources={"accelerators": "L4:1"})
+        )
+        assert again.wait(120).state is JobState.SUCCEEDED  # the L4 came back READY
+        states = cluster.store.devices()
+        events = [e for e in cluster.store.events(None) if e.kind.startswith("device:")]
+    assert states["node0/gpu0"].value == "ready", states
+    # it used to fail the GPU's refresh ("running task etl...") and mark it unhealthy
+    assert not [e for e in events if e.kind == "device:unhealthy"], events

@@ -66,6 +66,11 @@ RECYCLE_POLICIES: tuple[Recycle, ...] = ("per-tenant", "always", "after-python",
 _INLINE_PAYLOAD_BYTES = 64 * 1024  # larger payloads go through a file: launch never blocks
 
 
+def _device_less(w: _Worker) -> bool:
+    """Whether ``w`` runs a CPU-only task (no device: it only runs beside one)."""
+    return w.task is not None and not w.task.spec.devices
+
+
 class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, SupportsWorkers):
     """Runs tasks as local processes, one worker process per device.
 
@@ -167,7 +172,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         self._check_open()
         check_launch(task, self._tasks)
         device = self._device(task.device)
-        lane, w = self._free_lane(device)
+        lane, w = self._free_lane(device, 0 if task.devices else 1)  # CPU-only: a spare
         scratch = self._pool.scratch(device, lane)
         python = self._dirty.get((device.id, lane))
         if python is not None:  # it ran a task and the device was not refreshed since
@@ -246,9 +251,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         req["cpu_set"] = list(self._cores.lend(task.task_id, task.cpus)) if task.cpus else None
         self._pool.send(w, ("run", req))
 
-    def _free_lane(self, device: Device) -> tuple[int, _Worker | None]:
-        """The first lane of ``device`` whose worker is free or not started, and its worker."""
-        lane = 0
+    def _free_lane(self, device: Device, lane: int = 0) -> tuple[int, _Worker | None]:
+        """The first lane of ``device`` from ``lane`` on whose worker is free or not started,
+        and its worker."""
         while True:
             w = self._workers.get(lane_key(device.id, lane))
             if w is not None:
@@ -372,7 +377,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             self._pool.drain(lw)
             if not lw.dead and lw.proc.poll() is not None:
                 self._pool.on_death(lw)
-        lanes = self._pool.lanes(dev.id)  # the ones still alive
+        # a CPU-only task beside the device (a spare lane, never lane 0) uses neither the
+        # device nor its scratch: the device is refreshed around it
+        beside = {lw.lane for lw in self._pool.lanes(dev.id) if _device_less(lw)}
+        lanes = [lw for lw in self._pool.lanes(dev.id) if lw.lane not in beside]
         busy = self._busy_with(lanes)
         if busy is not None:
             return False, f"device {dev.id} is running task {busy}"
@@ -380,11 +388,12 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             if lw.lane > 0:
                 self._pool.stop(lw)  # the spares
         w = self._workers.get(dev.id)
+        kept = {self._pool.scratch(dev, lane) for lane in beside}
         for scratch in self._pool.scratches(dev):
-            failed = self._empty(scratch)
+            failed = None if scratch in kept else self._empty(scratch)
             if failed is not None:
                 return False, failed
-        for key in [k for k in self._dirty if k[0] == dev.id]:
+        for key in [k for k in self._dirty if k[0] == dev.id and k[1] not in beside]:
             del self._dirty[key]
         python_ran = dev.id in self._python_ran
         self._python_ran.discard(dev.id)
@@ -484,7 +493,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
 
     def kill_worker(self, device: str, why: str) -> bool:
         """See :class:`SupportsWorkers`: every worker of the device (all its lanes)."""
-        lanes = [w for w in self._pool.lanes(device) if not w.dead]
+        lanes = [w for w in self._pool.lanes(device) if not w.dead and not _device_less(w)]
         for w in lanes:
             task = w.task
             code = self._pool.kill(w)
@@ -497,7 +506,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         kept by the recycle policy; the new one must answer a ping."""
         self._check_open()
         dev = self._device(device)
-        busy = self._busy_with(self._pool.lanes(dev.id))
+        busy = self._busy_with([lw for lw in self._pool.lanes(dev.id) if not _device_less(lw)])
         if busy is not None:
             return False, f"device {dev.id} is running task {busy}"
         w = self._workers.get(dev.id)
