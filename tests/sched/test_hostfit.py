@@ -341,3 +341,18 @@ def test_counts_naming_any_or_a_model_twice_are_refused() -> None:
     ):
         with pytest.raises(ValidationError, match=words):
             JobSpec.model_validate({"name": "c", "run": "x", "resources": {"accelerators": bad}})
+
+
+def test_devices_kept_visible_on_a_short_host_are_chosen_by_its_nvlink_domains() -> None:
+    # four pair hosts with 1 core each (no room for 2 ranks of 2 cores) push the search to
+    # hide every short host at once; h has room for 2 ranks: the 2 kept must be a pair
+    hosts = [{"name": f"x{i}", "devices": "2xH100-NVL", "nvlink": "pairs", "cpus": 1}
+             for i in range(4)]  # fmt: skip
+    fab = fabric(*hosts, {"name": "h", "devices": "4xH100-NVL", "nvlink": "pairs", "cpus": 4})
+    busy = JobView("busy", job("busy", "H100-NVL:1").spec, JobState.RUNNING, 0.0, 0.0,
+                   placement=make_placement(fab, ("h/gpu0",), "H100-NVL"))  # fmt: skip
+    for topology in ({"required": "nvlink"}, {}):
+        j = job("j", "H100-NVL:2", t=1, topology=topology,
+                resources={"accelerators": "H100-NVL:2", "cpus": 2})  # fmt: skip
+        got = started(decide(fab, busy, j)).get("j")
+        assert got is not None and got.devices == ("h/gpu2", "h/gpu3"), (topology, got)

@@ -116,8 +116,9 @@ def fit_hosts(
 
 def _hide(req: Request, index: CapacityIndex, host: str) -> None:
     """What-if: take the free devices of ``req``'s classes on ``host`` that its CPU and
-    memory cannot serve (beyond the ranks it has room for; for a share, every device once
-    it has room for none)."""
+    memory cannot serve. For a share, every device once the host has room for no rank; for
+    whole devices, all but as many as it has room for ranks, those kept chosen as best fit
+    gathers them (one NVLink domain when one holds them), per class (a gang is of one)."""
     room = ranks_room(req, index, host)
     topo = index.topo
     devices = topo.host_devices[host]
@@ -125,18 +126,35 @@ def _hide(req: Request, index: CapacityIndex, host: str) -> None:
         return
     keys = {c.key for c in req.classes}
     class_of, free = topo.class_of, index.free
-    for dev in devices:
-        have = free.get(dev, 0)
-        if not have or class_of[dev].key not in keys:
+    if req.share < 1:
+        if room < 1:
+            for dev in devices:
+                have = free.get(dev, 0)
+                if have and class_of[dev].key in keys:
+                    index.take(dev, have / SHARE_UNITS)
+        return
+    for key in keys:
+        whole = [d for d in devices if class_of[d].key == key and free.get(d) == SHARE_UNITS]
+        if len(whole) <= room:
             continue
-        if req.share < 1:
-            if room < 1:
-                index.take(dev, have / SHARE_UNITS)
-        elif have == SHARE_UNITS:
-            if room > 0:
-                room -= 1
-            else:
+        keep = set(_kept(index, key, whole, room))
+        for dev in whole:
+            if dev not in keep:
                 index.take(dev, 1.0)
+
+
+def _kept(index: CapacityIndex, key: str, whole: list[str], room: int) -> list[str]:
+    """``room`` of the wholly free ``whole`` devices (of class ``key``, on one host) to
+    leave visible: as best fit gathers them in the host's domain node, else the first."""
+    if room <= 0:
+        return []
+    from accelnet.sched.placement import gather  # noqa: PLC0415 (placement imports this)
+
+    topo = index.topo
+    node = next((n for n in topo.chain[whole[0]] if topo.nodes[n].level is DomainLevel.HOST), None)
+    if node is None or index.whole_free(key, node) < room:
+        return whole[:room]
+    return gather(index, key, node, room)
 
 
 def place_on_host(req: Request, index: CapacityIndex) -> Placement | None:
