@@ -356,3 +356,33 @@ def test_devices_kept_visible_on_a_short_host_are_chosen_by_its_nvlink_domains()
                 resources={"accelerators": "H100-NVL:2", "cpus": 2})  # fmt: skip
         got = started(decide(fab, busy, j)).get("j")
         assert got is not None and got.devices == ("h/gpu2", "h/gpu3"), (topology, got)
+
+
+def test_a_job_that_preempted_for_cores_waits_for_them_and_preempts_no_more() -> None:
+    fab = fabric({"name": "a", "devices": "2xT4", "cpus": 8})
+    lows = [job(f"low{i}", None, t=i, priority=0, resources={"cpus": 3}) for i in range(2)]
+    placed = started(decide(fab, *lows))
+    run = [JobView(j.id, j.spec, JobState.RUNNING, 0.0, 0.0, placement=placed[j.id]) for j in lows]
+    for asker in (
+        job("high", None, t=5, priority=5, resources={"cpus": 4}),
+        job("gpu", "T4:1", t=5, priority=5, resources={"accelerators": "T4:1", "cpus": 4}),
+    ):
+        sched = Scheduler("priority", "best-fit", "priority")
+        first = sched.decide(Snapshot.all_ready(fab, (*run, asker), now=10.0))
+        (victim,) = [p.job for p in first.preemptions]
+        nominated = first.nominations[asker.id]
+        assert "@a=400=0" in nominated  # the 4 cores it preempted for are held for it
+        stopping = [
+            JobView(v.id, v.spec, JobState.PREEMPTING if v.id == victim else v.state, 0.0, 0.0,
+                    placement=v.placement)
+            for v in run
+        ]  # fmt: skip
+        waiting = JobView(asker.id, asker.spec, JobState.ADMITTED, 5.0, nominated=nominated)
+        second = sched.decide(Snapshot.all_ready(fab, (*stopping, waiting), now=20.0))
+        assert second.preemptions == ()  # it preempted another before: a cascade
+        assert "waiting for preempted jobs to release the host room" in second.waiting[asker.id]
+        # once the victim is gone the cores are its own: an earlier, lower job cannot take them
+        rest = [v for v in run if v.id != victim]
+        other = job("other", None, t=0.5, priority=5, resources={"cpus": 4})
+        third = sched.decide(Snapshot.all_ready(fab, (*rest, other, waiting), now=30.0))
+        assert [s.job for s in third.starts] == [asker.id]

@@ -457,7 +457,11 @@ class Scheduler:
             return cap, True
         mark = index.mark()
         for dev, share in held.get(job.id, ()):  # its own reservation is free for it
-            index.give(dev, share)
+            if dev.startswith(HOST_HOLD):
+                host, cpu, mem = _held_room(dev)
+                index.give_host(host, cpu, mem)
+            else:
+                index.give(dev, share)
         placed = self.placement.place(req, index)
         if placed is not None:
             index.hold(placed)
@@ -470,9 +474,12 @@ class Scheduler:
         mine = {d for d, share in held.get(job.id, ()) if share >= 1}
         pending = [d for d in job.nominated if d not in mine]
         if pending:
+            rooms = sum(d.startswith(HOST_HOLD) for d in pending)
+            devices = len(pending) - rooms
+            what = [f"{devices} nominated device{'s' * (devices > 1)}"] if devices else []
+            what += ["the host room nominated for it"] if rooms else []
             run.waiting[job.id] = (
-                f"{reason}; waiting for preempted jobs to release {len(pending)} "
-                f"nominated device{'s' * (len(pending) > 1)}"
+                f"{reason}; waiting for preempted jobs to release {' and '.join(what)}"
             )
             run.nominations[job.id] = job.nominated
             return None, False
@@ -862,9 +869,19 @@ def victims_named(job: JobView, victims: Sequence[JobView]) -> str:
 
 
 def _reserve(index: CapacityIndex, devices: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
-    """Take whatever is free of ``devices`` out of ``index``; returns what was taken."""
+    """Take whatever is free of ``devices`` (and of host room entries, :func:`host_hold`)
+    out of ``index``; returns what was taken (a host entry with share 1 when all of it
+    was, as the entry of what was taken otherwise, with share 0)."""
     taken = []
     for d in devices:
+        if d.startswith(HOST_HOLD):
+            host, cpu, mem = _held_room(d)
+            room_cpu, room_mem = index.host_room(host)
+            got_cpu, got_mem = min(cpu, room_cpu), min(mem, room_mem)
+            index.take_host(host, got_cpu, got_mem)
+            whole = (got_cpu, got_mem) == (cpu, mem)
+            taken.append((d if whole else f"{HOST_HOLD}{host}={got_cpu}={got_mem}", float(whole)))
+            continue
         share = index.free_share(d)
         if share > 0:
             index.take(d, share)
@@ -893,7 +910,21 @@ def _placement_after(
     found = placement.place(req, index)
     index.rollback(mark)
     assert found is not None, "victims were chosen because the job fits without them"
-    return found.devices
+    return found.devices + tuple(host_hold(h, c, g) for h, c, g in found.hosts)
+
+
+HOST_HOLD = "@"  # a nomination entry of host room: @host=cpu units=memory units
+
+
+def host_hold(host: str, cpus: float, memory_gb: float) -> str:
+    """The nomination entry that holds ``cpus`` and ``memory_gb`` of ``host`` for a job
+    (beside its devices: a job that preempted for cores keeps them until it starts)."""
+    return f"{HOST_HOLD}{host}={cpu_units(cpus)}={memory_units(memory_gb)}"
+
+
+def _held_room(entry: str) -> tuple[str, int, int]:
+    host, cpu, mem = entry[len(HOST_HOLD) :].rsplit("=", 2)
+    return host, int(cpu), int(mem)
 
 
 def usage_of(running: Iterable[JobView]) -> dict[str, dict[str, int]]:
