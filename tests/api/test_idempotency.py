@@ -107,6 +107,22 @@ def test_the_same_key_answers_the_same_jobs_and_makes_none(api: Api) -> None:
     assert ids(api.post("alice", job("idem-one"))) != ids(first)  # no key: a new job
 
 
+def test_a_drawn_id_that_meets_an_earlier_job_is_drawn_again(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelnet.api import admission
+
+    first = ids(api.post("alice", job("idem-draw")))
+    taken = uuid.UUID(first[0].rsplit("-", 1)[1] + "0" * 24)
+    other = uuid.UUID("a" * 32)
+    draws = iter([taken, other])
+    real = uuid.uuid4
+    monkeypatch.setattr(admission.uuid, "uuid4", lambda: next(draws, None) or real())
+    again = ids(api.post("alice", job("idem-draw")))  # drew the first one's id, then another
+    assert again == ["idem-draw-aaaaaaaa"]
+    assert sorted(api.named("idem-draw")) == sorted([*first, *again])
+
+
 def test_a_batch_is_replayed_whole_in_order(api: Api) -> None:
     key = str(uuid.uuid4())
     body = {"jobs": [job("idem-b0"), job("idem-b1"), job("idem-b2")]}

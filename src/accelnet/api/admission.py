@@ -43,7 +43,7 @@ from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Principal
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.controller import JobRejectedError
-from accelnet.runtime.store import IdempotencyRecord, JobRecord, StoreError
+from accelnet.runtime.store import IdempotencyRecord, JobExistsError, JobRecord, StoreError
 from accelnet.sched import JobSpec, JobState, Tenant
 from accelnet.sched.request import eligible_classes, rejection
 from accelnet.sched.topology import Topology
@@ -57,6 +57,9 @@ KEY_HEADER: Final = "Idempotency-Key"
 KEY_KEEP_S: Final = 24 * 3600.0
 """How long an idempotency key answers with the jobs it made (then it is forgotten)."""
 MAX_KEY = 255
+
+
+ID_TRIES = 8  # draws of the batch's job ids before a collision is answered 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,35 +156,41 @@ class Admission:
             self._sync()
             for tenant in sorted({s.tenant for s in specs}):
                 self._known_tenant(who, tenant, specs, prefix)
-            ids = [f"{s.name}-{uuid.uuid4().hex[:8]}" for s in specs]
-            resolved = [
-                self._inputs(who, s, specs[:i], ids[:i], specs[i + 1 :], self._where(prefix, i))
-                for i, s in enumerate(specs)
-            ]
-            charges = [self._charge_of(s) for s in specs]
-            for i, (spec, charge) in enumerate(zip(specs, charges, strict=True)):
-                record = self.tenants.get(spec.tenant)
-                quota = record.quota if record is not None else {}
-                over = self._ledger.check(
-                    spec.tenant, quota, charge.amount, charge.candidates, charges[:i]
-                )
-                if over is not None:
-                    field = self._where(prefix, i) + "resources.accelerators"
-                    raise ApiError(422, "over_quota", over.message(), field)
-            self._push(extra={s.tenant for s in specs})
-            finals = [s.model_copy(update={"inputs": i}) if i else s
-                      for s, i in zip(specs, resolved, strict=True)]  # fmt: skip
-            now = self.clock.now()
-            kept = (
-                None if key is None else IdempotencyRecord(who.tenant, key, mark, tuple(ids), now)
-            )
-            try:
-                self.port.submit_all(list(zip(finals, ids, strict=True)), kept,
-                                     now - KEY_KEEP_S)  # fmt: skip
-            except JobRejectedError as exc:
-                raise invalid(str(exc)) from None
-            except StoreError as exc:
-                raise conflict(str(exc)) from None
+            for attempt in range(ID_TRIES):  # nothing is stored by a failed try
+                ids = [f"{s.name}-{uuid.uuid4().hex[:8]}" for s in specs]
+                resolved = [
+                    self._inputs(who, s, specs[:i], ids[:i], specs[i + 1 :], self._where(prefix, i))
+                    for i, s in enumerate(specs)
+                ]
+                charges = [self._charge_of(s) for s in specs]
+                for i, (spec, charge) in enumerate(zip(specs, charges, strict=True)):
+                    record = self.tenants.get(spec.tenant)
+                    quota = record.quota if record is not None else {}
+                    over = self._ledger.check(
+                        spec.tenant, quota, charge.amount, charge.candidates, charges[:i]
+                    )
+                    if over is not None:
+                        field = self._where(prefix, i) + "resources.accelerators"
+                        raise ApiError(422, "over_quota", over.message(), field)
+                self._push(extra={s.tenant for s in specs})
+                finals = [s.model_copy(update={"inputs": i}) if i else s
+                          for s, i in zip(specs, resolved, strict=True)]  # fmt: skip
+                now = self.clock.now()
+                kept = None
+                if key is not None:
+                    kept = IdempotencyRecord(who.tenant, key, mark, tuple(ids), now)
+                try:
+                    self.port.submit_all(list(zip(finals, ids, strict=True)), kept,
+                                         now - KEY_KEEP_S)  # fmt: skip
+                except JobRejectedError as exc:
+                    raise invalid(str(exc)) from None
+                except JobExistsError as exc:  # a drawn id met an earlier job's: draw again
+                    if attempt + 1 < ID_TRIES:
+                        continue
+                    raise conflict(str(exc)) from None
+                except StoreError as exc:
+                    raise conflict(str(exc)) from None
+                break
             for jid, charge in zip(ids, charges, strict=True):
                 self._ledger.charge(jid, charge)
             return Admitted([self.port.store.get(jid) for jid in ids])
