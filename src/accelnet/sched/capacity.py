@@ -15,7 +15,7 @@ wholly free exactly when no unit of it is used.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from sortedcontainers import SortedList
 
@@ -30,6 +30,26 @@ UNLIMITED = 1 << 62  # the room of a host that does not declare CPU cores or mem
 PARENT_SCAN = 16  # parents best_fit looks at, at most, for a fuller one (its tie-break)
 
 BucketKey = tuple[DomainLevel, frozenset[DomainLevel]]
+
+
+def host_units(hosts: Iterable[tuple[str, float, float]]) -> Iterator[tuple[str, int, int]]:
+    """(host, CPU units, memory units) of each (host, cpus, memory_gb) a placement holds."""
+    for host, cpus, gb in hosts:
+        yield host, cpu_units(cpus), memory_units(gb)
+
+
+def tally_hosts(
+    tally: dict[str, tuple[int, int]], hosts: Iterable[tuple[str, float, float]], sign: int = 1
+) -> None:
+    """Add (``sign`` -1: take off) the CPU and memory units ``hosts`` hold to ``tally``
+    (host -> units held); a host back at nothing is dropped."""
+    for host, cpu, mem in host_units(hosts):
+        had_cpu, had_mem = tally.get(host, (0, 0))
+        now = (had_cpu + sign * cpu, had_mem + sign * mem)
+        if now == (0, 0):
+            tally.pop(host, None)
+        else:
+            tally[host] = now
 
 
 def units(share: float) -> int:
@@ -200,9 +220,9 @@ class CapacityIndex:
         parent = topo.nodes[node].parent
         assert parent is not None
         ceiling = whole[parent]
-        found: tuple[int, int] | None = None  # (parent count, parent order)
+        found: tuple[int, int, str] | None = None  # (parent count, parent order, child)
         scanned = 0
-        nodes, children, order = topo.nodes, topo.children, topo.node_order
+        nodes, children = topo.nodes, topo.children
         for buckets in self.buckets[cls][nodes[parent].depth].values():
             i = bisect.bisect_left(buckets.sorted, count)
             for have in buckets.sorted[i:]:
@@ -212,25 +232,18 @@ class CapacityIndex:
                     scanned += 1
                     if scanned > PARENT_SCAN:
                         break
-                    if found is not None and (have, pos) >= found:
+                    if found is not None and (have, pos) >= found[:2]:
                         break
-                    for child in children[topo.node_list[pos]]:
-                        if whole.get(child, 0) == count and (
-                            within is None or within in nodes[child].within
-                        ):
-                            found = (have, pos)
-                            break
-                    else:
-                        continue
-                    break
-        if found is None:
-            return None
-        parent = topo.node_list[found[1]]
-        return min(
-            (c for c in children[parent]
-             if whole.get(c, 0) == count and (within is None or within in nodes[c].within)),
-            key=order.__getitem__,
-        )  # fmt: skip
+                    child = next(  # children come in fabric order: the first is the pick
+                        (c for c in children[topo.node_list[pos]]
+                         if whole.get(c, 0) == count
+                         and (within is None or within in nodes[c].within)),
+                        None,
+                    )  # fmt: skip
+                    if child is not None:
+                        found = (have, pos, child)
+                        break
+        return None if found is None else found[2]
 
     def first_fit(
         self, cls: str, depth: int, k: int, within: DomainLevel | None = None
@@ -304,20 +317,22 @@ class CapacityIndex:
         return None
 
     # ----- changes --------------------------------------------------------------------
-    def hold(self, p: Placement) -> None:
-        """Take what placement ``p`` holds: its devices' share and its hosts' CPU cores and
+    def hold(self, p: Placement, schedulable_only: bool = False) -> None:
+        """Take what placement ``p`` holds: its devices' share (only the schedulable ones
+        with ``schedulable_only``: the undo of :meth:`release`) and its hosts' CPU cores and
         memory; ValueError if some of it is not free."""
         for dev in p.devices:
-            self.take(dev, p.share)
-        for host, cpus, gb in p.hosts:
-            self.take_host(host, cpu_units(cpus), memory_units(gb))
+            if not schedulable_only or dev in self.schedulable:
+                self.take(dev, p.share)
+        for host, cpu, mem in host_units(p.hosts):
+            self.take_host(host, cpu, mem)
 
     def release(self, p: Placement) -> None:
         """Give back what placement ``p`` holds (a what-if release: :meth:`give`)."""
         for dev in p.devices:
             self.give(dev, p.share)
-        for host, cpus, gb in p.hosts:
-            self.give_host(host, cpu_units(cpus), memory_units(gb))
+        for host, cpu, mem in host_units(p.hosts):
+            self.give_host(host, cpu, mem)
 
     def take_host(self, host: str, cpu: int, mem: int) -> None:
         """Use ``cpu`` CPU units and ``mem`` memory units of ``host`` (where it declares

@@ -23,13 +23,12 @@ fits it: best fit on the host's cores (:meth:`CapacityIndex.roomiest_fit`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import SHARE_UNITS, UNLIMITED, CapacityIndex
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import Placement
-from accelnet.sched.topology import Topology, cpu_units, memory_units
+from accelnet.sched.topology import CPU_UNITS, MEMORY_UNITS, Topology, cpu_units, memory_units
 
 LAZY_TRIES = 3
 
@@ -77,39 +76,26 @@ def fit_hosts(
     memory its ranks need, with the hosts' use recorded (module docstring); None if no
     such choice. Leaves ``index`` as it was."""
     topo = index.topo
-    placed = place_devices(req, index)  # the common case: its hosts have the room
-    if placed is None:
-        return None
-    use = host_use(req, placed.devices, topo)
-    if index.host_fits(use):
-        return Placement(placed.devices, placed.share, placed.model, placed.span, use)
     mark = index.mark()
+    hidden: set[str] = set()
     try:
-        hidden: set[str] = set()
-        for _ in range(LAZY_TRIES):
+        for tries in range(LAZY_TRIES + 2):  # the last, after every short host is hidden
+            placed = place_devices(req, index)
             if placed is None:
                 return None
-            if index.host_fits(use):
-                return replace(placed, hosts=use)
-            for one in use:
-                if one[0] not in hidden and not index.host_fits((one,)):
-                    _hide(req, index, one[0])
-                    hidden.add(one[0])
-            placed = place_devices(req, index)
-            use = () if placed is None else host_use(req, placed.devices, topo)
-        if placed is None:
-            return None
-        if index.host_fits(use):
-            return replace(placed, hosts=use)
-        for host in topo.limited_hosts:
-            if host not in hidden:
-                _hide(req, index, host)
-        placed = place_devices(req, index)
-        if placed is None:
-            return None
-        use = host_use(req, placed.devices, topo)
-        assert index.host_fits(use), f"{req.job}: hidden hosts still chosen: {use}"
-        return replace(placed, hosts=use)
+            use = host_use(req, placed.devices, topo)
+            if index.host_fits(use):  # at once, in the common case
+                return Placement(placed.devices, placed.share, placed.model, placed.span, use)
+            short = (
+                [one[0] for one in use if not index.host_fits((one,))]
+                if tries < LAZY_TRIES
+                else topo.limited_hosts
+            )
+            for host in short:
+                if host not in hidden:
+                    _hide(req, index, host)
+                    hidden.add(host)
+        raise AssertionError(f"{req.job}: hidden hosts still chosen")
     finally:
         index.rollback(mark)
 
@@ -173,9 +159,9 @@ def explain_hosts(req: Request, index: CapacityIndex) -> str:
     best_mem = max((m for h, m in index.mem.items() if index.host_schedulable(h)), default=None)
     parts = []
     if req.cpus and best_cpu is not None:
-        parts.append(f"{best_cpu / 100:g} CPUs")
+        parts.append(f"{best_cpu / CPU_UNITS:g} CPUs")
     if req.memory_gb and best_mem is not None:
-        parts.append(f"{best_mem / 1000:g} GB")
+        parts.append(f"{best_mem / MEMORY_UNITS:g} GB")
     most = f"; the most free on a host: {', '.join(parts)}" if parts else ""
     if req.cpu_only:
         schedulable = any(index.host_schedulable(h) for h in topo.hosts)

@@ -190,7 +190,7 @@ def explain(req: Request, index: CapacityIndex) -> str:
         return "no device in the fabric matches its resources"
     if req.needs_host and index.topo.limited_hosts:
         devices_only = replace(req, cpus=0.0, memory_gb=0.0)
-        if PLACEMENTS.create("best-fit").place_devices(devices_only, index) is not None:
+        if BestFit().place_devices(devices_only, index) is not None:
             return explain_hosts(req, index)
     parts = []
     for rank, cls in enumerate(req.classes):

@@ -23,7 +23,6 @@ from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.registry import Registry
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import JobView
-from accelnet.sched.topology import cpu_units, memory_units
 
 
 def release(index: CapacityIndex, job: JobView) -> None:
@@ -148,16 +147,7 @@ class _PrioritySearch(VictimSearch):
         else:
             index.rollback(mark)
             return None
-        # prune: drop victims whose devices the job turns out not to need
-        for v in list(reversed(chosen[:-1])):
-            inner = index.mark()
-            hold(index, v)
-            if placement.place(req, index) is None:
-                index.rollback(inner)
-            else:
-                chosen.remove(v)
-        index.rollback(mark)
-        return chosen
+        return _pruned(chosen, req, index, placement, mark)
 
 
 def _release_until_placed(
@@ -180,6 +170,18 @@ def _release_until_placed(
     else:
         index.rollback(mark)
         return None
+    return _pruned(chosen, req, index, placement, mark)
+
+
+def _pruned(
+    chosen: list[JobView],
+    req: Request,
+    index: CapacityIndex,
+    placement: PlacementStrategy,
+    mark: int,
+) -> list[JobView]:
+    """``chosen`` (all released since ``mark``, the job fitting with the last) less the
+    victims whose room the job turns out not to need; ``index`` rolled back to ``mark``."""
     for v in list(reversed(chosen[:-1])):
         inner = index.mark()
         hold(index, v)
@@ -193,13 +195,8 @@ def _release_until_placed(
 
 def hold(index: CapacityIndex, job: JobView) -> None:
     """Undo :func:`release` for one job (its schedulable devices are used again)."""
-    p = job.placement
-    assert p is not None
-    for dev in p.devices:
-        if dev in index.schedulable:
-            index.take(dev, p.share)
-    for host, cpus, gb in p.hosts:
-        index.take_host(host, cpu_units(cpus), memory_units(gb))
+    assert job.placement is not None
+    index.hold(job.placement, schedulable_only=True)
 
 
 class PriorityPreemption(PreemptionRule):

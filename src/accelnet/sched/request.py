@@ -187,7 +187,7 @@ def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
     res = spec.resources
     req = res.accelerators
-    if req.none:
+    if res.cpu_only:
         return ()
     wanted, _ = canonical_models(spec, topo)
     out = []
@@ -256,15 +256,15 @@ def _host_rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     """A rank's CPU cores or memory more than any host has (hosts that declare none are
     not limited)."""
     res = spec.resources
-    for key, want, declared, most, unit, what in (
-        ("resources.cpus", res.cpus, topo.host_cpu, topo.most_cpu, CPU_UNITS, "CPU cores"),
-        ("resources.memory_gb", res.memory_gb, topo.host_mem, topo.most_mem, MEMORY_UNITS,
-         "GB of memory"),
+    for key, want, declared, most, to_units, unit, what in (
+        ("resources.cpus", res.cpus, topo.host_cpu, topo.most_cpu, cpu_units, CPU_UNITS,
+         "CPU cores"),
+        ("resources.memory_gb", res.memory_gb, topo.host_mem, topo.most_mem, memory_units,
+         MEMORY_UNITS, "GB of memory"),
     ):  # fmt: skip
         if not want or len(declared) < len(topo.hosts):
             continue
-        need = cpu_units(want) if unit == CPU_UNITS else memory_units(want)
-        if need > most:
+        if to_units(want) > most:
             return Rejection(
                 key, want, f"needs {want:g} {what} per rank; the largest host has {most / unit:g}"
             )
@@ -275,7 +275,7 @@ def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     fabric = topo.fabric
     acc = spec.resources.accelerators
     host = _host_rejection(spec, topo)
-    if host is not None or acc.none:
+    if host is not None or spec.resources.cpu_only:
         return host
     here = sorted({c.model.name for c in topo.classes.values()})
     _, unknown = canonical_models(spec, topo)
@@ -312,10 +312,9 @@ def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
             )
         return Rejection("resources.kind", res.kind, f"fabric {fabric.name!r} has no such device")
     if acc.counts:
-        req = make_request("", spec, topo)
         fit = [
-            i for i, c in enumerate(classes)
-            if req.count_on(i) <= topo.largest(c.key, DomainLevel.FABRIC)
+            c for c in classes
+            if _count_on(c, acc.models, acc.counts, topo) <= topo.largest(c.key, DomainLevel.FABRIC)
         ]  # fmt: skip
         if not fit:
             return Rejection(key, acc.describe(), f"needs {acc.describe()}; the fabric has "

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from accelnet.fabric import DomainLevel, Fabric
 from accelnet.fabric.catalog import find_device_model
-from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, units
+from accelnet.sched.capacity import SHARE_UNITS, CapacityIndex, host_units, tally_hosts, units
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import ORDERINGS, OrderingPolicy, queued_jobs
@@ -217,9 +217,7 @@ class Scheduler:
                 for d in job.placement.devices:
                     if d in free:
                         free[d] = max(0, free[d] - used)
-                for host, cpus, gb in job.placement.hosts:
-                    cpu, mem = hosts.get(host, (0, 0))
-                    hosts[host] = (cpu + cpu_units(cpus), mem + memory_units(gb))
+                tally_hosts(hosts, job.placement.hosts)
         return CapacityIndex(topo, {d: u / SHARE_UNITS for d, u in free.items()}, hosts)
 
     def decide(self, snapshot: Snapshot) -> Decision:
@@ -942,9 +940,7 @@ def _charge(usage: dict[str, dict[str, int]], tenant: str, p: Placement, sign: i
         amount = sign * len(p.devices) * units(p.share)
         per[p.model] = per.get(p.model, 0) + amount
         per["*"] = per.get("*", 0) + amount
-    if p.hosts:
-        cpu = sum(cpu_units(c) for _, c, _ in p.hosts)
-        mem = sum(memory_units(g) for _, _, g in p.hosts)
+    for _, cpu, mem in host_units(p.hosts):
         per[QUOTA_CPUS] = per.get(QUOTA_CPUS, 0) + sign * cpu
         per[QUOTA_MEMORY] = per.get(QUOTA_MEMORY, 0) + sign * mem
 
@@ -973,7 +969,8 @@ def _within_quota(
         return req, _host_quota(tenant.name, req, quota, mine, 1), ""
     total = quota.get("*")
     allowed: list[int] = []
-    blocked: list[str] = []
+    blocked: list[str] = []  # every class the quota takes away, for the waiting reason
+    by_model: list[str] = []  # those over their own model's limit
     first: str | None = None  # the first class's reason, when every class is over
     for rank, cls in enumerate(req.classes):  # each class with its own gang size
         count = req.count_on(rank)
@@ -990,8 +987,11 @@ def _within_quota(
             and limit is not None
             and used.get(cls.model.name, 0.0) + need > limit + 1e-9
         ):
-            blocked.append(f"{cls.model.name} {limit:g} ({used.get(cls.model.name, 0.0):g} in use)")
-            note = f"tenant {tenant.name} quota reached: {blocked[-1]}; needs {need:g} more"
+            by_model.append(
+                f"{cls.model.name} {limit:g} ({used.get(cls.model.name, 0.0):g} in use)"
+            )
+            blocked.append(by_model[-1])
+            note = f"tenant {tenant.name} quota reached: {by_model[-1]}; needs {need:g} more"
         elif note is not None:
             blocked.append(f"{count} x {cls.model.name}")
         if note is None:
@@ -999,10 +999,11 @@ def _within_quota(
         elif first is None:
             first = note
     if not allowed:
-        models = [b for b in blocked if "(" in b]
-        if models and len(models) == len(blocked) and len(models) > 1:
+        if len(by_model) == len(req.classes) > 1:  # every model over its own limit: name all
             need = req.count * req.share
-            first = f"tenant {tenant.name} quota reached: {', '.join(models)}; needs {need:g} more"
+            first = (
+                f"tenant {tenant.name} quota reached: {', '.join(by_model)}; needs {need:g} more"
+            )
         return req, first, ""
     if not blocked:
         return req, None, ""

@@ -33,7 +33,14 @@ from sortedcontainers import SortedKeyList, SortedList
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.sched.capacity import HOST_CPU, HOST_MEM, SHARE_UNITS, CapacityIndex, units
+from accelnet.sched.capacity import (
+    HOST_CPU,
+    HOST_MEM,
+    SHARE_UNITS,
+    CapacityIndex,
+    tally_hosts,
+    units,
+)
 from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
@@ -48,7 +55,6 @@ from accelnet.sched.scheduler import (
     usage_of,
 )
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
-from accelnet.sched.topology import cpu_units, memory_units
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
 
@@ -199,16 +205,8 @@ class Session:
                 used.pop(dev, None)
             if dev in known:
                 stale.add(dev)
-        for host, cpus, gb in placement.hosts:
-            cpu, mem = self._host_used.get(host, (0, 0))
-            cpu += sign * cpu_units(cpus)
-            mem += sign * memory_units(gb)
-            if cpu or mem:
-                self._host_used[host] = (cpu, mem)
-            else:
-                self._host_used.pop(host, None)
-            if host in self.topo.host_order:
-                stale.add(HOST_CPU + host)
+        tally_hosts(self._host_used, placement.hosts, sign)
+        stale.update(HOST_CPU + h for h, _, _ in placement.hosts if h in self.topo.host_order)
         if sign > 0:
             for tenant, per in usage_of([job]).items():
                 mine = self._usage.setdefault(tenant, {})

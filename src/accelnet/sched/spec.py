@@ -30,6 +30,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from accelnet.fabric.model import DeviceKind, DomainLevel
+from accelnet.fabric.spec import MAX_HOST_MEMORY_GB  # a rank asks at most what a host has
 from accelnet.specio import SpecModel, StrictBool, StrictFloat, StrictInt
 
 _NAME = r"^[\w][\w.-]*$"
@@ -265,17 +266,6 @@ class AcceleratorRequest(SpecModel):
                 )
         return self
 
-    @property
-    def none(self) -> bool:
-        """Whether no device is asked for (a CPU-only job)."""
-        return self.count == 0
-
-    def count_of(self, model: str) -> int:
-        """Devices in the gang on ``model`` (a listed name; ``count`` unless ``counts``)."""
-        if self.counts and model in self.models:
-            return self.counts[self.models.index(model)]
-        return self.count
-
     def describe(self) -> str:
         """``8 x H100``, ``0.25 of a T4``, ``2 x any``, ``8 x H100 or 16 x A100``, ``none``."""
         if self.count == 0:
@@ -289,7 +279,6 @@ class AcceleratorRequest(SpecModel):
 
 
 MAX_CPUS = 4096.0
-MAX_HOST_MEMORY_GB = 1e6
 
 
 class ResourcesSpec(SpecModel):
@@ -315,11 +304,6 @@ class ResourcesSpec(SpecModel):
     memory_gb: StrictFloat | None = Field(
         None, gt=0, le=MAX_HOST_MEMORY_GB, description="host memory (RAM) per rank, GB"
     )
-
-    @field_validator("cpus", "memory_gb", mode="before")
-    @classmethod
-    def _whole_numbers_too(cls, v: Any) -> Any:
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
     @model_validator(mode="before")
     @classmethod

@@ -149,10 +149,6 @@ class Topology:
         self.most_cpu = max(self.host_cpu.values(), default=0)
         self.most_mem = max(self.host_mem.values(), default=0)
 
-    def host_limited(self, host: str) -> bool:
-        """Whether ``host`` declares its CPU cores or memory."""
-        return host in self.host_cpu or host in self.host_mem
-
     def _build_tree(self) -> None:
         sizes: dict[DomainLevel, dict[str, int]] = {lv: {} for lv in LEVELS}
         for level in LEVELS:
