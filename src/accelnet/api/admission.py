@@ -156,23 +156,19 @@ class Admission:
             self._sync()
             for tenant in sorted({s.tenant for s in specs}):
                 self._known_tenant(who, tenant, specs, prefix)
+            ids, resolved = self._draw(who, specs, prefix)
+            charges = [self._charge_of(s) for s in specs]
+            for i, (spec, charge) in enumerate(zip(specs, charges, strict=True)):
+                record = self.tenants.get(spec.tenant)
+                quota = record.quota if record is not None else {}
+                over = self._ledger.check(
+                    spec.tenant, quota, charge.amount, charge.candidates, charges[:i]
+                )
+                if over is not None:
+                    field = self._where(prefix, i) + "resources.accelerators"
+                    raise ApiError(422, "over_quota", over.message(), field)
+            self._push(extra={s.tenant for s in specs})
             for attempt in range(ID_TRIES):  # nothing is stored by a failed try
-                ids = [f"{s.name}-{uuid.uuid4().hex[:8]}" for s in specs]
-                resolved = [
-                    self._inputs(who, s, specs[:i], ids[:i], specs[i + 1 :], self._where(prefix, i))
-                    for i, s in enumerate(specs)
-                ]
-                charges = [self._charge_of(s) for s in specs]
-                for i, (spec, charge) in enumerate(zip(specs, charges, strict=True)):
-                    record = self.tenants.get(spec.tenant)
-                    quota = record.quota if record is not None else {}
-                    over = self._ledger.check(
-                        spec.tenant, quota, charge.amount, charge.candidates, charges[:i]
-                    )
-                    if over is not None:
-                        field = self._where(prefix, i) + "resources.accelerators"
-                        raise ApiError(422, "over_quota", over.message(), field)
-                self._push(extra={s.tenant for s in specs})
                 finals = [s.model_copy(update={"inputs": i}) if i else s
                           for s, i in zip(specs, resolved, strict=True)]  # fmt: skip
                 now = self.clock.now()
@@ -185,15 +181,28 @@ class Admission:
                 except JobRejectedError as exc:
                     raise invalid(str(exc)) from None
                 except JobExistsError as exc:  # a drawn id met an earlier job's: draw again
-                    if attempt + 1 < ID_TRIES:
-                        continue
-                    raise conflict(str(exc)) from None
+                    if attempt + 1 == ID_TRIES:
+                        raise conflict(str(exc)) from None
+                    ids, resolved = self._draw(who, specs, prefix)
+                    continue
                 except StoreError as exc:
                     raise conflict(str(exc)) from None
                 break
             for jid, charge in zip(ids, charges, strict=True):
                 self._ledger.charge(jid, charge)
             return Admitted([self.port.store.get(jid) for jid in ids])
+
+    def _draw(
+        self, who: Principal, specs: list[JobSpec], prefix: str | None
+    ) -> tuple[list[str], list[dict[str, str]]]:
+        """Fresh ids for ``specs`` and each one's inputs resolved with them (a job may
+        consume one earlier in the same batch, by its new id)."""
+        ids = [f"{s.name}-{uuid.uuid4().hex[:8]}" for s in specs]
+        resolved = [
+            self._inputs(who, s, specs[:i], ids[:i], specs[i + 1 :], self._where(prefix, i))
+            for i, s in enumerate(specs)
+        ]
+        return ids, resolved
 
     def _replay(self, who: Principal, key: str, mark: str) -> Admitted | None:
         """The jobs an earlier request made under ``key`` (of the principal's tenant,

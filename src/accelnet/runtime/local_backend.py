@@ -71,6 +71,12 @@ def _device_less(w: _Worker) -> bool:
     return w.task is not None and not w.task.spec.devices
 
 
+def _serving(lanes: list[_Worker]) -> list[_Worker]:
+    """The lanes that serve their device: all but those running a CPU-only task beside it,
+    which the device's refresh, reset and worker kill pass by."""
+    return [w for w in lanes if not _device_less(w)]
+
+
 class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, SupportsWorkers):
     """Runs tasks as local processes, one worker process per device.
 
@@ -379,8 +385,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
                 self._pool.on_death(lw)
         # a CPU-only task beside the device (a spare lane, never lane 0) uses neither the
         # device nor its scratch: the device is refreshed around it
-        beside = {lw.lane for lw in self._pool.lanes(dev.id) if _device_less(lw)}
-        lanes = [lw for lw in self._pool.lanes(dev.id) if lw.lane not in beside]
+        alive = self._pool.lanes(dev.id)
+        lanes = _serving(alive)
+        beside = {lw.lane for lw in alive} - {lw.lane for lw in lanes}
         busy = self._busy_with(lanes)
         if busy is not None:
             return False, f"device {dev.id} is running task {busy}"
@@ -493,7 +500,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
 
     def kill_worker(self, device: str, why: str) -> bool:
         """See :class:`SupportsWorkers`: every worker of the device (all its lanes)."""
-        lanes = [w for w in self._pool.lanes(device) if not w.dead and not _device_less(w)]
+        lanes = [w for w in _serving(self._pool.lanes(device)) if not w.dead]
         for w in lanes:
             task = w.task
             code = self._pool.kill(w)
@@ -506,7 +513,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         kept by the recycle policy; the new one must answer a ping."""
         self._check_open()
         dev = self._device(device)
-        busy = self._busy_with([lw for lw in self._pool.lanes(dev.id) if not _device_less(lw)])
+        busy = self._busy_with(_serving(self._pool.lanes(dev.id)))
         if busy is not None:
             return False, f"device {dev.id} is running task {busy}"
         w = self._workers.get(dev.id)
