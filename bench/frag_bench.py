@@ -595,20 +595,33 @@ def plot_sharing(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+Row = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def figure_table(
+    result: dict[str, Any], title: str, per: dict[str, dict[str, Any]], rows: Sequence[Row]
+) -> Table:
+    """A rich table with a column per strategy (``per``: its medians) and a row per figure,
+    captioned with the run's seeds, machine, source and wall time."""
+    p, m = result["parameters"], result["machine"]
+    table = Table(
+        title=title,
+        caption=f"medians over {p['seeds']} seeds; {m['cpu_count']} cores, Python "
+        f"{m['python']}; src at {src_label(result['source'])}; {result['wall_s']:.0f} s",
+    )
+    table.add_column("figure")
+    for s in per:
+        table.add_column(s, justify="right")
+    for name, cell in rows:
+        table.add_row(name, *(cell(per[s]) for s in per))
+    return table
+
+
 def report_sharing(result: dict[str, Any], console: Console) -> None:
     """Print the medians as one rich table per mix, and fgd against best fit."""
-    p, m = result["parameters"], result["machine"]
+    p = result["parameters"]
     for mix, per in result["medians"].items():
-        table = Table(
-            title=f"{mix}: {p['hosts']} hosts, {p['gpus']:,} GPUs, {p['cpus']:,.0f} cores; "
-            f"jobs arrive until {p['arrive']:.0%} of the GPUs",
-            caption=f"medians over {p['seeds']} seeds; {m['cpu_count']} cores, Python "
-            f"{m['python']}; src at {src_label(result['source'])}; {result['wall_s']:.0f} s",
-        )
-        table.add_column("figure")
-        for s in per:
-            table.add_column(s, justify="right")
-        rows: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+        rows: tuple[Row, ...] = (
             ("GPUs allocated at 100%", lambda x: f"{x['allocated_100']:,.1f}"),
             ("GPUs unallocated at 100%", lambda x: f"{x['unallocated_100']:,.1f}"),
             ("GPUs allocated at 130%", lambda x: f"{x['allocated_130']:,.1f}"),
@@ -621,9 +634,9 @@ def report_sharing(result: dict[str, Any], console: Console) -> None:
              f"{x['cpu_allocated_100']:.0%}"),
             ("place() median", lambda x: f"{x['place_median_us']:,.0f} µs"),
         )  # fmt: skip
-        for name, cell in rows:
-            table.add_row(name, *(cell(per[s]) for s in per))
-        console.print(table)
+        title = (f"{mix}: {p['hosts']} hosts, {p['gpus']:,} GPUs, {p['cpus']:,.0f} cores; "
+                 f"jobs arrive until {p['arrive']:.0%} of the GPUs")  # fmt: skip
+        console.print(figure_table(result, title, per, rows))
         v = result["fgd_vs_best_fit"].get(mix)
         if v is not None:
             seeds = " ".join(f"{-c:+.0%}" for c in v["unallocated_cut_100_per_seed"])
@@ -862,18 +875,9 @@ def run_churn(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 def report_churn(result: dict[str, Any], console: Console) -> None:
     """Print the medians as a rich table."""
-    p, m, med = result["parameters"], result["machine"], result["medians"]
+    p, med = result["parameters"], result["medians"]
     counted = p["arrivals"] - p["warmup"]
-    table = Table(
-        title=f"fragmentation: {p['gpus']:,} GPUs ({p['preset']}), offered load "
-        f"{p['offered_load']:.0%}, {counted:,} arrivals counted per seed",
-        caption=f"medians over {p['seeds']} seeds; {m['cpu_count']} cores, Python "
-        f"{m['python']}; src at {src_label(result['source'])}; {result['wall_s']:.0f} s",
-    )
-    table.add_column("figure")
-    for s in CHURN_STRATEGIES:
-        table.add_column(s, justify="right")
-    rows: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    rows: tuple[Row, ...] = (
         ("usable fraction of free capacity", lambda x: f"{x['usable_fraction']:.3f}"),
         ("failed despite free capacity", lambda x: f"{x['failed_despite_capacity']:,.0f}"),
         ("rejected (all)", lambda x: f"{x['rejected']:,.0f}"),
@@ -883,8 +887,9 @@ def report_churn(result: dict[str, Any], console: Console) -> None:
         ("place() median", lambda x: f"{x['place_median_us']:.1f} µs"),
         ("place() p99", lambda x: f"{x['place_p99_us']:.1f} µs"),
     )
-    for name, cell in rows:
-        table.add_row(name, *(cell(med[s]) for s in CHURN_STRATEGIES))
+    title = (f"fragmentation: {p['gpus']:,} GPUs ({p['preset']}), offered load "
+             f"{p['offered_load']:.0%}, {counted:,} arrivals counted per seed")  # fmt: skip
+    table = figure_table(result, title, {s: med[s] for s in CHURN_STRATEGIES}, rows)
     paired = result["failed_minus_best_fit_per_seed"]
     table.add_row(
         "  failed - best-fit's, per seed",
