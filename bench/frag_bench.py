@@ -932,7 +932,7 @@ def with_overrides(mix: Mix, args: argparse.Namespace) -> Mix:
     """``mix`` with the options given on the command line."""
     changes: dict[str, Any] = {
         k: getattr(args, k)
-        for k in ("cpu_only", "share", "constrained", "shares", "multi")
+        for k in ("cpu_only", "share", "constrained", "shares", "multi", "gb_per_cpu")
         if getattr(args, k) is not None
     }
     if args.cpu_scale != 1.0:
@@ -968,6 +968,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          help="GPUs:part of GPU jobs,... e.g. 2:0.05,4:0.03,8:0.02")  # fmt: skip
     sharing.add_argument("--cpu-scale", type=float, default=1.0,
                          help="multiply the cores GPU jobs ask for")  # fmt: skip
+    sharing.add_argument("--gb-per-cpu", type=lambda t: parse_dist(t, "--gb-per-cpu"),
+                         help="GB a job asks per core: GB:weight,... e.g. 2:3,4:5")  # fmt: skip
     churn = parser.add_argument_group("churn mode")
     churn.add_argument("--arrivals", type=int, default=100_000, help="jobs per stream")
     churn.add_argument("--warmup", type=int, default=2_000, help="arrivals not counted")
