@@ -76,16 +76,16 @@ def fit_hosts(
     memory its ranks need, with the hosts' use recorded (module docstring); None if no
     such choice. Leaves ``index`` as it was."""
     topo = index.topo
+    placed = place_devices(req, index)
+    if placed is None:
+        return None
+    use = host_use(req, placed.devices, topo)
+    if index.host_fits(use):  # the common case: no what-if at all
+        return Placement(placed.devices, placed.share, placed.model, placed.span, use)
     mark = index.mark()
     hidden: set[str] = set()
     try:
-        for tries in range(LAZY_TRIES + 2):  # the last, after every short host is hidden
-            placed = place_devices(req, index)
-            if placed is None:
-                return None
-            use = host_use(req, placed.devices, topo)
-            if index.host_fits(use):  # at once, in the common case
-                return Placement(placed.devices, placed.share, placed.model, placed.span, use)
+        for tries in range(LAZY_TRIES + 1):  # the last after every short host is hidden
             short = (
                 [one[0] for one in use if not index.host_fits((one,))]
                 if tries < LAZY_TRIES
@@ -95,6 +95,12 @@ def fit_hosts(
                 if host not in hidden:
                     _hide(req, index, host)
                     hidden.add(host)
+            placed = place_devices(req, index)
+            if placed is None:
+                return None
+            use = host_use(req, placed.devices, topo)
+            if index.host_fits(use):
+                return Placement(placed.devices, placed.share, placed.model, placed.span, use)
         raise AssertionError(f"{req.job}: hidden hosts still chosen")
     finally:
         index.rollback(mark)
