@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from sortedcontainers import SortedList
 
 from accelnet.fabric import DomainLevel
+from accelnet.sched.room import Journals, RoomView
 from accelnet.sched.snapshot import Placement
 from accelnet.sched.topology import DEPTHS, Topology, cpu_units, memory_units
 
@@ -128,12 +129,15 @@ class CapacityIndex:
         ``host_used``: CPU units and memory units jobs hold per host (none if absent)."""
         self.topo = topo
         used = host_used or {}
-        self.cpu: dict[str, int] = {
+        # free CPU and memory units per host that declares them: a frozen copy reads
+        # them through views (accelnet.sched.room), which each change is journalled for
+        self.cpu: dict[str, int] | RoomView = {
             h: max(0, cap - used.get(h, (0, 0))[0]) for h, cap in topo.host_cpu.items()
         }
-        self.mem: dict[str, int] = {
+        self.mem: dict[str, int] | RoomView = {
             h: max(0, cap - used.get(h, (0, 0))[1]) for h, cap in topo.host_mem.items()
         }
+        self._views = (Journals(), Journals())  # of cpu, of mem
         self._roomy: SortedList | None = None  # see roomiest_fit; made on first use
         self.schedulable = Schedulable(topo.class_of, {d for d in topo.class_of if d not in free})
         self.free: dict[str, int] = {}
@@ -440,9 +444,11 @@ class CapacityIndex:
         twin._log = []
         twin._links = {}  # the twin's own buckets, linked when it first changes
         twin._unschedulable = dict(self._unschedulable)
-        twin.cpu = dict(self.cpu)
-        twin.mem = dict(self.mem)
-        twin._roomy = None if self._roomy is None else self._roomy.copy()
+        cpu_views, mem_views = self._views
+        twin.cpu = cpu_views.view(self.cpu)  # O(1): see accelnet.sched.room
+        twin.mem = mem_views.view(self.mem)
+        twin._views = (Journals(), Journals())
+        twin._roomy = None  # rebuilt from the hosts' room if it is asked for
         return twin
 
     # ----- internals ------------------------------------------------------------------
@@ -452,19 +458,36 @@ class CapacityIndex:
         cpu, mem = self.cpu.get(host), self.mem.get(host)
         if (cpu is None or not d_cpu) and (mem is None or not d_mem):
             return
+        cpu_table, mem_table = self._tables()
         roomy = self._roomy
         if roomy is not None:
             roomy.remove((*self.host_room(host), self.topo.host_order[host], host))
+        cpu_views, mem_views = self._views
         if cpu is not None and d_cpu:
             if log:
                 self._log.append((HOST_CPU + host, cpu))
-            self.cpu[host] = min(self.topo.host_cpu[host], cpu + d_cpu)
+            if cpu_views:
+                cpu_views.changing(host, cpu)
+            cpu_table[host] = min(self.topo.host_cpu[host], cpu + d_cpu)
         if mem is not None and d_mem:
             if log:
                 self._log.append((HOST_MEM + host, mem))
-            self.mem[host] = min(self.topo.host_mem[host], mem + d_mem)
+            if mem_views:
+                mem_views.changing(host, mem)
+            mem_table[host] = min(self.topo.host_mem[host], mem + d_mem)
         if roomy is not None:
             roomy.add((*self.host_room(host), self.topo.host_order[host], host))
+
+    def _tables(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The hosts' free CPU and memory tables, to change: a frozen copy makes its own
+        the first time it changes (the views of it taken before keep reading the tables
+        they were taken of, which never change under them)."""
+        cpu, mem = self.cpu, self.mem
+        if type(cpu) is not dict or type(mem) is not dict:
+            cpu = self.cpu = dict(cpu)
+            mem = self.mem = dict(mem)
+            self._views = (Journals(), Journals())
+        return cpu, mem
 
     def _set(self, dev: str, old: int, new: int) -> None:
         topo = self.topo
