@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeAlias
 
 from sortedcontainers import SortedList
 
@@ -29,6 +30,7 @@ HOST_CPU = "\x00"  # log keys of a host's free CPU units and memory units: prefi
 HOST_MEM = "\x01"
 UNLIMITED = 1 << 62  # the room of a host that does not declare CPU cores or memory
 PARENT_SCAN = 16  # parents best_fit looks at, at most, for a fuller one (its tie-break)
+SMALL_NODES = 2048  # nodes of one count kept as a plain sorted list (see Counts)
 
 BucketKey = tuple[DomainLevel, frozenset[DomainLevel]]
 
@@ -58,11 +60,16 @@ def units(share: float) -> int:
     return round(share * SHARE_UNITS)
 
 
-class Counts(dict[int, SortedList]):
+Nodes: TypeAlias = "list[int] | SortedList"  # node positions, ascending
+
+
+class Counts(dict[int, Nodes]):
     """Nodes (as their fabric order, sorted) by how many wholly free devices they have,
     and the counts that have nodes in ``sorted`` (ascending), so that the smallest count
-    >= k is one bisection, however many distinct counts a large fabric has. An emptied
-    entry stays, to be reused (a SortedList costs more to make than to keep)."""
+    >= k is one bisection, however many distinct counts a large fabric has. The nodes of
+    a count are a plain list while few (bisection in C is several times faster than a
+    SortedList's Python) and a SortedList once they reach :data:`SMALL_NODES` (an
+    insertion into a long list moves half of it). An emptied entry stays, to be reused."""
 
     __slots__ = ("sorted",)
 
@@ -74,17 +81,23 @@ class Counts(dict[int, SortedList]):
         """Node ``pos`` now has ``count``."""
         nodes = self.get(count)
         if nodes is None:
-            self[count] = SortedList((pos,))
+            nodes = self[count] = []
+        if not nodes:
             bisect.insort(self.sorted, count)
-        else:
-            if not nodes:
-                bisect.insort(self.sorted, count)
+        if not isinstance(nodes, list):
             nodes.add(pos)
+        elif len(nodes) < SMALL_NODES:
+            bisect.insort(nodes, pos)
+        else:
+            self[count] = SortedList((*nodes, pos))
 
     def discard(self, count: int, pos: int) -> None:
         """Node ``pos`` no longer has ``count``."""
         nodes = self[count]
-        nodes.remove(pos)
+        if isinstance(nodes, list):
+            del nodes[bisect.bisect_left(nodes, pos)]
+        else:
+            nodes.remove(pos)
         if not nodes:
             del self.sorted[bisect.bisect_left(self.sorted, count)]
 
@@ -510,23 +523,31 @@ class CapacityIndex:
         links = self._links.get(dev)
         if links is None:
             links = self._link(dev, cls)
+        bisect_left, insort = bisect.bisect_left, bisect.insort
         for node_id, pos, buckets in links:  # Counts.discard and .add, inlined (hot)
             before = counts.get(node_id, 0)
             after = before + delta
             if before:
                 nodes = buckets[before]
-                nodes.remove(pos)
+                if isinstance(nodes, list):
+                    del nodes[bisect_left(nodes, pos)]
+                else:
+                    nodes.remove(pos)
                 if not nodes:
                     ordered = buckets.sorted
-                    del ordered[bisect.bisect_left(ordered, before)]
+                    del ordered[bisect_left(ordered, before)]
             if after:
                 counts[node_id] = after
                 nodes = buckets.get(after)
-                if nodes is None:
-                    nodes = buckets[after] = SortedList()
+                if nodes is None or (isinstance(nodes, list) and len(nodes) >= SMALL_NODES):
+                    buckets.add(after, pos)
+                    continue
                 if not nodes:
-                    bisect.insort(buckets.sorted, after)
-                nodes.add(pos)
+                    insort(buckets.sorted, after)
+                if isinstance(nodes, list):
+                    insort(nodes, pos)
+                else:
+                    nodes.add(pos)
             else:
                 del counts[node_id]
 
