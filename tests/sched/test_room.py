@@ -14,15 +14,16 @@ from accelnet.sched.room import Journals
 from accelnet.sched.topology import Topology
 
 
+def _host(i: int) -> dict[str, object]:
+    return {"name": f"h{i}", "devices": "2xT4", "cpus": 16, "memory_gb": 64, "nics": "IB-EDR",
+            "network": "leaf"}  # fmt: skip
+
+
 def _index(hosts: int = 3) -> CapacityIndex:
     spec = {
         "name": "f",
         "switches": [{"name": "leaf", "kind": "leaf"}],
-        "hosts": [
-            {"name": f"h{i}", "devices": "2xT4", "cpus": 16, "memory_gb": 64,
-             "nics": "IB-EDR", "network": "leaf"}
-            for i in range(hosts)
-        ],  # fmt: skip
+        "hosts": [_host(i) for i in range(hosts)],
     }
     fab = build_fabric(parse_spec(spec, "<f>"))
     topo = Topology(fab)
