@@ -53,6 +53,7 @@ from accelnet.runtime.controller_runs import (
     _world,
     anchor,
 )
+from accelnet.runtime.fate import fate, requeue
 from accelnet.runtime.inputs import InputGate, resolve, verdict
 from accelnet.runtime.store import JobExistsError, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
@@ -172,7 +173,8 @@ class Controller:
         error = (f"{LOST_AT_RESTART} ({deaths} times while it ran; every time after the "
                  "first spends a retry)")  # fmt: skip
         if failures <= rec.spec.max_retries:
-            self._requeue_failed(rec, now, failures, error, {})
+            end = requeue(rec, now, failures, error, backoff=True)
+            self._transition(rec.id, end.state, now, end.cause, **end.changes)
             return
         error = (f"{HELD_AFTER_DEATHS} {deaths} times while this job ran "
                  "(it may be what stops it); resubmit it to run it again")  # fmt: skip
@@ -548,55 +550,14 @@ class Controller:
         """Every rank of the attempt has ended: decide the job's fate, free its devices."""
         del self._runs[rec.id]
         placement = rec.placement
-        ok = all(k is TaskEventKind.SUCCEEDED for k in run.ended.values())
         if rec.state is JobState.STARTING:  # ended before every rank reported STARTED
             rec = self._transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
-        acct = _accounting(rec, run, now, ok, self.backend, self.power)
-        if ok:
-            ranks = [run.results[r] for r in range(run.world)]
-            result = ranks[0] if run.world == 1 else ranks
-            # an earlier attempt's error is in the events, not the job's error any more
-            self._transition(rec.id, JobState.SUCCEEDED, now, "every rank succeeded",
-                             result=result, finished_at=now, error=None, **acct)  # fmt: skip
-        elif run.cancel == "cancelled":
-            self._transition(rec.id, JobState.CANCELLED, now, "cancelled", finished_at=now,
-                             **acct)  # fmt: skip
-        elif rec.state is JobState.PREEMPTING and run.error is None:
-            self._transition(rec.id, JobState.ADMITTED, now, "requeued after preemption",
-                                  placement=None, **acct)  # fmt: skip
-        else:
-            failures = rec.failures + 1
-            error = run.error or "stopped"
-            if failures <= rec.spec.max_retries:
-                self._requeue_failed(rec, now, failures, error, acct, not run.device_failed)
-            else:
-                self._transition(rec.id, JobState.FAILED, now, error, failures=failures,
-                                      error=error, finished_at=now, **acct)  # fmt: skip
+        end = fate(rec, run, now)  # accelnet.runtime.fate: the rule, a pure function
+        acct = _accounting(rec, run, now, end.succeeded, self.backend, self.power)
+        self._transition(rec.id, end.state, now, end.cause, **end.changes, **acct)
         if placement is not None:
             self._book.release(rec.id, placement, now)
         self._dirty = True
-
-    def _requeue_failed(
-        self,
-        rec: JobRecord,
-        now: float,
-        failures: int,
-        error: str,
-        acct: dict[str, Any],
-        backoff: bool = True,
-    ) -> None:
-        """A failed attempt with retries left: the job is ADMITTED again, to start after its
-        backoff (:meth:`accelnet.sched.spec.RetrySpec.delay`; kept out of the scheduler's
-        sight until then), or at once without ``backoff`` (a device failed under it: the
-        device is out of service already, and the job did nothing wrong)."""
-        delay = rec.spec.retry.delay(failures, rec.id) if backoff else 0.0
-        at = now + delay if delay > 0 else None
-        when = f", in {delay:.3g} s" if at is not None else ""
-        self._transition(
-            rec.id, JobState.ADMITTED, now,
-            f"requeued (retry {failures} of {rec.spec.max_retries}{when}): {error}",
-            placement=None, failures=failures, error=error, retry_at=at, **acct,
-        )  # fmt: skip
 
     def _release_backoffs(self, now: float) -> None:
         """Jobs whose retry backoff has run out: the scheduler sees them again."""
