@@ -180,21 +180,51 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         device = self._device(task.device)
         lane, w = self._free_lane(device, 0 if task.devices else 1)  # CPU-only: a spare
         scratch = self._pool.scratch(device, lane)
-        python = self._dirty.get((device.id, lane))
+        w, failed = self._clean_lane(task, device.id, lane, scratch, w)
+        if failed is not None:  # still to be cleaned before the lane's next task
+            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
+            return
+        req = self._request(task, device, scratch)
+        try:
+            w = self._prepare(task, device, lane, scratch, w, req)
+        except (OSError, RunAsError) as e:
+            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
+            return
+        if w.dead:  # it died as it started (killed, or it crashed): the task never ran
+            code = w.proc.returncode
+            how = "vanished" if code is None else _worker.describe_exit(code)
+            error = f"worker of {w.device} (pid {w.proc.pid}) {how} as the task was sent to it"
+            self._emit(task.task_id, TaskEventKind.LOST, error=error + self._pool.log_tail(w))
+            return
+        if task.payload is not None and w.sys_path != sys.path:
+            w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
+        self._send_run(w, task, req)
+
+    def _clean_lane(
+        self, task: TaskSpec, device: str, lane: int, scratch: Path, w: _Worker | None
+    ) -> tuple[_Worker | None, str | None]:
+        """Make a lane fit for ``task``: its scratch emptied if a task ran since the device
+        was refreshed, its worker stopped if the recycle policy, the last task or another
+        tenant's Python in it says so. The worker to use (None: start one), and why the
+        lane could not be cleaned, if it could not."""
+        python = self._dirty.get((device, lane))
         if python is not None:  # it ran a task and the device was not refreshed since
             if w is not None and self._recycles(python):
                 self._pool.stop(w)  # nothing of the last task's Python lives on
                 w = None
             failed = self._empty(scratch)
-            if failed is not None:  # still to be cleaned before the lane's next task
-                self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
-                return
-            del self._dirty[device.id, lane]
+            if failed is not None:
+                return w, failed
+            del self._dirty[device, lane]
         if w is not None and (w.spent or (w.python_of not in (None, task.tenant)
                                            and self._recycle != "never")):  # fmt: skip
             self._pool.stop(w)  # another tenant's Python ran in it, or its task asked
             w = None
-        req: dict[str, Any] = {
+        return w, None
+
+    def _request(self, task: TaskSpec, device: Device, scratch: Path) -> dict[str, Any]:
+        """The ``run`` message for ``task``'s worker (payload, user and cores come later)."""
+        return {
             "task_id": task.task_id,
             "command": task.command,
             "payload": None,
@@ -218,36 +248,37 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             # backend's own cwd (a relative workdir is taken from there)
             "cwd": self._cwd(task, scratch if self._task_cwd == "scratch" else None),
         }
-        try:
-            if task.payload is not None:
-                self._python_ran.add(device.id)
-                if len(task.payload) <= _INLINE_PAYLOAD_BYTES:
-                    req["payload"] = task.payload
-                else:
-                    spill = self._workdir / "payloads" / f"{task.task_id}.pkl"
-                    _private_dir(spill.parent)
-                    spill.write_bytes(task.payload)
-                    req["payload_path"] = str(spill)
-            if w is None:
-                w = self._pool.start(device, lane)
-            user = self._users.get(task.tenant)
-            if user is not None:
-                self._hand_over(task, scratch, user, req)
-            elif task.payload is not None:
-                w.python_of = task.tenant  # it runs in the worker's own process
-            w.spent = task.fresh_worker
-        except (OSError, RunAsError) as e:
-            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
-            return
-        if w.dead:  # it died as it started (killed, or it crashed): the task never ran
-            code = w.proc.returncode
-            how = "vanished" if code is None else _worker.describe_exit(code)
-            error = f"worker of {w.device} (pid {w.proc.pid}) {how} as the task was sent to it"
-            self._emit(task.task_id, TaskEventKind.LOST, error=error + self._pool.log_tail(w))
-            return
-        if task.payload is not None and w.sys_path != sys.path:
-            w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
-        self._send_run(w, task, req)
+
+    def _prepare(
+        self,
+        task: TaskSpec,
+        device: Device,
+        lane: int,
+        scratch: Path,
+        w: _Worker | None,
+        req: dict[str, Any],
+    ) -> _Worker:
+        """Put the payload in ``req`` (spilled to a file when large), start the lane's
+        worker if it has none, and hand the task's folders to its tenant's user (when tasks
+        run as users); the worker. Raises OSError or RunAsError."""
+        if task.payload is not None:
+            self._python_ran.add(device.id)
+            if len(task.payload) <= _INLINE_PAYLOAD_BYTES:
+                req["payload"] = task.payload
+            else:
+                spill = self._workdir / "payloads" / f"{task.task_id}.pkl"
+                _private_dir(spill.parent)
+                spill.write_bytes(task.payload)
+                req["payload_path"] = str(spill)
+        if w is None:
+            w = self._pool.start(device, lane)
+        user = self._users.get(task.tenant)
+        if user is not None:
+            self._hand_over(task, scratch, user, req)
+        elif task.payload is not None:
+            w.python_of = task.tenant  # it runs in the worker's own process
+        w.spent = task.fresh_worker
+        return w
 
     def _send_run(self, w: _Worker, task: TaskSpec, req: dict[str, Any]) -> None:
         """Hand ``task`` to worker ``w``, on its own cores if it asked for CPUs."""
