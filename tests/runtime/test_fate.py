@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from accelnet.runtime.backend import TaskEventKind
-from accelnet.runtime.controller_runs import _Run
+from accelnet.runtime.controller_runs import Attempt
 from accelnet.runtime.fate import fate
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState
@@ -22,8 +22,8 @@ def record(state: JobState = JobState.RUNNING, failures: int = 0, **spec: Any) -
     return JobRecord("j-1", JobSpec.model_validate(full), state, 0.0, failures=failures)
 
 
-def attempt(*ended: TaskEventKind, **fields: Any) -> _Run:
-    run = _Run(attempt=1, world=len(ended), **fields)
+def attempt(*ended: TaskEventKind, **fields: Any) -> Attempt:
+    run = Attempt(attempt=1, world=len(ended), **fields)
     run.ended = dict(enumerate(ended))
     run.results = {r: f"out{r}" for r, k in enumerate(ended) if k is S}
     return run

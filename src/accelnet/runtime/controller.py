@@ -45,10 +45,10 @@ from accelnet.runtime.backend import (
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.controller_devices import _DeviceBook
 from accelnet.runtime.controller_runs import (
+    Attempt,
     _accounting,
     _payload,
     _rank_specs,
-    _Run,
     _setup_specs,
     _world,
     anchor,
@@ -115,7 +115,7 @@ class Controller:
         self.topology = self.scheduler.topology(fabric)
         self._reasons: Mapping[str, str] = {}  # written by the last decision
         self.again_at: float | None = None  # decide again then, even if nothing happens
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, Attempt] = {}
         self._tasks: dict[str, tuple[str, int]] = {}
         self._dirty = True
         # device states and holders (the scheduler's session is told of each change)
@@ -451,7 +451,7 @@ class Controller:
         if not placement.devices:  # a CPU-only job: its one task, on its host
             hosts = [placement.hosts[0][0]]
             beside = anchor(self.fabric, hosts[0])
-        run = self._runs[rec.id] = _Run(attempt, _world(rec, hosts), launched=now)
+        run = self._runs[rec.id] = Attempt(attempt, _world(rec, hosts), launched=now)
         if self.power is not None:
             self.power.started(rec, placement, attempt, now)
         if rec.inputs and isinstance(self.backend, SupportsHandoff):
@@ -527,7 +527,7 @@ class Controller:
         if run.settled():
             self._settle(self._live[jid], run, now)
 
-    def _on_setup_event(self, ev: TaskEvent, rec: JobRecord, run: _Run) -> None:
+    def _on_setup_event(self, ev: TaskEvent, rec: JobRecord, run: Attempt) -> None:
         """An event of a setup task: when the last one succeeds the ranks start; when one
         fails the attempt fails with its log (the other hosts' setup is stopped)."""
         if ev.kind is TaskEventKind.STARTED:
@@ -546,7 +546,7 @@ class Controller:
         elif run.settled():
             self._settle(rec, run, ev.at)
 
-    def _settle(self, rec: JobRecord, run: _Run, now: float) -> None:
+    def _settle(self, rec: JobRecord, run: Attempt, now: float) -> None:
         """Every rank of the attempt has ended: decide the job's fate, free its devices."""
         del self._runs[rec.id]
         placement = rec.placement

@@ -1,6 +1,6 @@
 """The controller's runs: one attempt of a job, the specs of its tasks, its accounting.
 
-Internal to :class:`~accelnet.runtime.controller.Controller`: it keeps a :class:`_Run`
+Internal to :class:`~accelnet.runtime.controller.Controller`: it keeps an :class:`Attempt`
 per job holding devices, launches the tasks :func:`_task_spec` describes and, when every
 rank has ended, records what :func:`_accounting` adds up.
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class _Run:
+class Attempt:
     """One attempt of a job: its tasks and what they reported. A job with a ``setup``
     command runs its setup tasks (``setup``: task id -> host) first and keeps its ranks'
     tasks in ``pending`` until every one has succeeded."""
@@ -89,7 +89,7 @@ def anchor(fabric: Fabric, host: str) -> str:
 
 def _rank_specs(
     rec: JobRecord,
-    run: _Run,
+    run: Attempt,
     placement: Placement,
     payload: bytes | None,
     log_dir: Path,
@@ -122,7 +122,7 @@ def _rank_specs(
 
 def _setup_specs(
     rec: JobRecord,
-    run: _Run,
+    run: Attempt,
     placement: Placement,
     log_dir: Path,
     hosts: Sequence[str],
@@ -165,7 +165,7 @@ def _setup_specs(
 
 def _spec(
     rec: JobRecord,
-    run: _Run,
+    run: Attempt,
     rank: int,
     dev: str,
     placement: Placement,
@@ -211,7 +211,7 @@ def _env(spec: JobSpec, rank: int) -> dict[str, str]:
 
 def _accounting(
     rec: JobRecord,
-    run: _Run,
+    run: Attempt,
     now: float,
     ok: bool,
     backend: Backend,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelnet.runtime.backend import TaskEventKind
-from accelnet.runtime.controller_runs import _Run
+from accelnet.runtime.controller_runs import Attempt
 from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobState
 
@@ -53,7 +53,7 @@ def requeue(rec: JobRecord, now: float, failures: int, error: str, backoff: bool
     )
 
 
-def fate(rec: JobRecord, run: _Run, now: float) -> Fate:
+def fate(rec: JobRecord, run: Attempt, now: float) -> Fate:
     """The fate of job ``rec`` when every task of its attempt ``run`` has ended at ``now``
     (the rule is the module docstring's)."""
     if all(k is TaskEventKind.SUCCEEDED for k in run.ended.values()):

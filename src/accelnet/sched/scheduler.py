@@ -295,7 +295,7 @@ class Scheduler:
 
         Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back."""
         topo, index = w.topo, w.index
-        run = _Run(
+        run = _WalkState(
             index,
             w.tenants,
             w.usage,
@@ -364,7 +364,7 @@ class Scheduler:
     def _reasons(
         self,
         w: Walk,
-        run: _Run,
+        run: _WalkState,
         tail: Sequence[JobView],
         final: CapacityIndex | None,
         failed: Failed,
@@ -397,7 +397,7 @@ class Scheduler:
         self,
         job: JobView,
         req: Request,
-        run: _Run,
+        run: _WalkState,
         reason: str,
         times: tuple[float, float],
         number: int,
@@ -420,7 +420,7 @@ class Scheduler:
         no_hold.add(number)
         return after, again
 
-    def _hold(self, job: JobView, req: Request, run: _Run, reason: str) -> bool:
+    def _hold(self, job: JobView, req: Request, run: _WalkState, reason: str) -> bool:
         """Hold a domain for ``job``, which has waited ``reserve_after_s`` and does not
         fit (:mod:`accelnet.sched.reserve`); whether one was held. Its reason says where."""
         held = hold_for(req, run.index)
@@ -434,7 +434,7 @@ class Scheduler:
         return True
 
     def _one(
-        self, job: JobView, never: Rejection | None, base: Request, run: _Run, cap: str | None
+        self, job: JobView, never: Rejection | None, base: Request, run: _WalkState, cap: str | None
     ) -> tuple[str | None, bool]:
         """Start ``job``, make way for it, or write why it waits. Returns the reason when
         it waits because its shape does not fit now (None otherwise), and whether any
@@ -521,7 +521,7 @@ def _note_level_wait(job: str, req: Request, reason: str, waiting: dict[str, str
 
 
 @dataclass
-class _Run:
+class _WalkState:
     """What one walk changes as it goes: the index, the tenants' use, the decision."""
 
     index: CapacityIndex

@@ -55,7 +55,7 @@ class JobUse:
 
 
 @dataclass(slots=True)
-class _Run:
+class _SimAttempt:
     job: str
     tasks: list[str]
     devices: tuple[str, ...]
@@ -111,7 +111,7 @@ class SimBackend(Backend, SupportsProgress):
         self.spec_of = spec_of
         self.restart_s = restart_s
         self.use: dict[str, JobUse] = {}
-        self._runs: dict[str, _Run] = {}  # job -> its current attempt
+        self._runs: dict[str, _SimAttempt] = {}  # job -> its current attempt
         self._task_job: dict[str, str] = {}
         self._events: list[TaskEvent] = []
         self._heap: list[tuple[float, int, str]] = []  # (finish time, seq, job)
@@ -136,8 +136,9 @@ class SimBackend(Backend, SupportsProgress):
         now = self.clock.now()
         run = self._runs.get(task.job_id)
         if run is None:
-            run = self._runs[task.job_id] = _Run(task.job_id, [], task.devices, task.world, now,
-                                                 share=task.share)  # fmt: skip
+            run = self._runs[task.job_id] = _SimAttempt(
+                task.job_id, [], task.devices, task.world, now, share=task.share
+            )
         run.tasks.append(task.task_id)
         self._task_job[task.task_id] = task.job_id
         self._events.append(TaskEvent(task.task_id, TaskEventKind.STARTED, now))
@@ -243,7 +244,7 @@ class SimBackend(Backend, SupportsProgress):
         return bool(self._events)
 
     # ----- internals ------------------------------------------------------------------
-    def _begin(self, run: _Run, now: float) -> None:
+    def _begin(self, run: _SimAttempt, now: float) -> None:
         spec = self.spec_of(run.job)
         devs = [self.fabric.devices[d] for d in run.devices]
         model = devs[0].model.name
@@ -325,7 +326,7 @@ class SimBackend(Backend, SupportsProgress):
                 run.colo = run.share
             self._retime(run, now)
 
-    def _retime(self, run: _Run, now: float) -> None:
+    def _retime(self, run: _SimAttempt, now: float) -> None:
         """Set a running attempt's rate from its base, co-location and communication: the
         work done so far is banked and its finish moves."""
         if run.finish is None or run.saving_from is not None:
@@ -361,7 +362,7 @@ class SimBackend(Backend, SupportsProgress):
                 self._task_job.pop(task, None)
                 self._events.append(TaskEvent(task, TaskEventKind.SUCCEEDED, t, exit_code=0))
 
-    def _end(self, run: _Run, now: float, completed: bool) -> None:
+    def _end(self, run: _SimAttempt, now: float, completed: bool) -> None:
         """The attempt is over: account what it used and what it kept."""
         del self._runs[run.job]
         if not run.began:
@@ -402,7 +403,7 @@ class SimBackend(Backend, SupportsProgress):
             self._recolocate(run.devices, now)
 
 
-def _attempt_steps(run: _Run, now: float) -> float:
+def _attempt_steps(run: _SimAttempt, now: float) -> float:
     """Steps the running (or saving) attempt has done by ``now``: none while warming up or
     saving its checkpoint."""
     upto = run.saving_from if run.saving_from is not None else now
