@@ -5,8 +5,10 @@ session of its own, and serves that device's tasks one at a time until it is rec
 backend closes. Commands run as ``/bin/sh -c`` in their own session under the worker;
 payloads (cloudpickled functions) run inside the worker, which is what makes them cheap.
 
-How a task flows: :meth:`LocalBackend.launch` checks the spec, builds the task's
-environment, starts the device's worker if it has none and sends it the task; the worker
+How a task flows: :meth:`LocalBackend.launch` checks the spec, picks a free lane of the
+device, cleans it (scratch folder; a worker another tenant's Python ran in is replaced),
+builds the task's request and environment, starts the lane's worker if it has none, hands
+the task's folders to its tenant's user, and sends it the task; the worker
 reports ``started`` and ``done``; :meth:`LocalBackend.poll` turns those messages into
 :class:`~accelnet.runtime.backend.TaskEvent` s stamped with the injected clock. Every
 launched task gets exactly one terminal event (SUCCEEDED, FAILED, CANCELLED or LOST).
@@ -14,8 +16,9 @@ launched task gets exactly one terminal event (SUCCEEDED, FAILED, CANCELLED or L
 Time: event times come from the injected clock only; ``time.monotonic`` measures real
 intervals (payload timeouts, bounded waits), which real processes need.
 
-This module holds the Backend contract and its capabilities; the worker processes
-themselves (spawn, ping, messages, kill) are in :mod:`accelnet.runtime.local_workers`.
+This module implements the Backend contract (:mod:`accelnet.runtime.backend`) and its
+capabilities for one machine; the worker processes themselves (spawn, ping, messages,
+kill) are in :mod:`accelnet.runtime.local_workers`.
 """
 
 from __future__ import annotations
