@@ -6,7 +6,7 @@ from pathlib import Path
 
 import accelnet
 from accelnet.sched import JobSpec, Scheduler
-from accelnet.sched.scheduler import Walk
+from accelnet.sched.shortcuts import Walk
 from accelnet.sched.snapshot import Decision
 from accelnet.sim.engine import Simulation
 from accelnet.sim.workload import SimJob

@@ -58,8 +58,8 @@ from accelnet.runtime.inputs import InputGate, resolve, verdict
 from accelnet.runtime.store import JobExistsError, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
 from accelnet.sched.request import rejection
-from accelnet.sched.scheduler import Reasons
 from accelnet.sched.session import Session
+from accelnet.sched.shortcuts import Reasons
 
 if TYPE_CHECKING:
     from accelnet.runtime.nccl_tuning import NcclTuning

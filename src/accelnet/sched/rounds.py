@@ -61,7 +61,8 @@ from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import PlacementStrategy, explain
 from accelnet.sched.roundplan import make_plan
-from accelnet.sched.scheduler import Scheduler, Walk, traffic_hook
+from accelnet.sched.scheduler import Scheduler, traffic_hook
+from accelnet.sched.shortcuts import Walk
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
 from accelnet.sched.spec import JobSpec, stop_grace
 from accelnet.sched.topology import DeviceClass

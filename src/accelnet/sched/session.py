@@ -45,15 +45,8 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
-from accelnet.sched.scheduler import (
-    Failed,
-    Quota,
-    Scheduler,
-    Walk,
-    merge_shapes,
-    uncharge,
-    usage_of,
-)
+from accelnet.sched.scheduler import Quota, Scheduler, uncharge, usage_of
+from accelnet.sched.shortcuts import Failed, Walk, merge_shapes
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
