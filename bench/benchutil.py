@@ -15,9 +15,13 @@ from rich.console import Console
 
 
 def source_state() -> dict[str, Any]:
-    """The git commit of the checkout, whether ``src/`` differs from it, and a hash of that
-    difference (tracked files), so that figures can be traced to code (None: no git)."""
-    root = Path(__file__).resolve().parent.parent
+    """The git commit of the checkout whose ``accelnet`` is imported (another tree's when
+    ``PYTHONPATH`` points there, as in an A/B of two commits), whether its ``src/`` differs
+    from it, and a hash of that difference (tracked files), so that figures can be traced to
+    code (None: no git)."""
+    import accelnet
+
+    root = Path(accelnet.__file__).resolve().parents[2]  # <root>/src/accelnet/__init__.py
 
     def git(*cmd: str) -> str | None:
         try:
