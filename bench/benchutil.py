@@ -22,6 +22,8 @@ def source_state() -> dict[str, Any]:
     import accelnet
 
     root = Path(accelnet.__file__).resolve().parents[2]  # <root>/src/accelnet/__init__.py
+    if not (root / "src" / "accelnet").is_dir():  # an installed copy: this checkout, then
+        root = Path(__file__).resolve().parent.parent
 
     def git(*cmd: str) -> str | None:
         try:

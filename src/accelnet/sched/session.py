@@ -335,7 +335,7 @@ class Session:
 
 
 class _ShapeQueues:
-    """The queued jobs of one shape number (:class:`~accelnet.sched.scheduler.ShapeQueues`):
+    """The queued jobs of one shape number (:class:`~accelnet.sched.shortcuts.ShapeQueues`):
     per tenant in the ordering's order, and ``(key of its first job, tenant)`` sorted."""
 
     __slots__ = ("heads", "key", "queues")
