@@ -523,31 +523,14 @@ class CapacityIndex:
         links = self._links.get(dev)
         if links is None:
             links = self._link(dev, cls)
-        bisect_left, insort = bisect.bisect_left, bisect.insort
-        for node_id, pos, buckets in links:  # Counts.discard and .add, inlined (hot)
+        for node_id, pos, buckets in links:
             before = counts.get(node_id, 0)
             after = before + delta
             if before:
-                nodes = buckets[before]
-                if isinstance(nodes, list):
-                    del nodes[bisect_left(nodes, pos)]
-                else:
-                    nodes.remove(pos)
-                if not nodes:
-                    ordered = buckets.sorted
-                    del ordered[bisect_left(ordered, before)]
+                buckets.discard(before, pos)
             if after:
                 counts[node_id] = after
-                nodes = buckets.get(after)
-                if nodes is None or (isinstance(nodes, list) and len(nodes) >= SMALL_NODES):
-                    buckets.add(after, pos)
-                    continue
-                if not nodes:
-                    insort(buckets.sorted, after)
-                if isinstance(nodes, list):
-                    insort(nodes, pos)
-                else:
-                    nodes.add(pos)
+                buckets.add(after, pos)
             else:
                 del counts[node_id]
 
