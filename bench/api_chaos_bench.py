@@ -19,11 +19,11 @@ and restarts it at once on the same file and port.
 
 Recorded: each acknowledged (201) submission's key, job ids and time. Afterwards the server
 is stopped with SIGTERM and the file is opened with
-:class:`~accelnet.runtime.sqlite_store.SqliteStore`: **lost** (acknowledged ids not stored),
+:class:`~accelnet.runtime.control.sqlite_store.SqliteStore`: **lost** (acknowledged ids not stored),
 **duplicated** (submissions with more than one stored job: the names are unique),
 **mismatched** (acknowledged keys whose stored key record names other jobs), jobs stored
 without an acknowledgement (a submission given up on), and the invariants
-(:mod:`accelnet.runtime.invariants`; ``quiescent=False`` while jobs are live). Figures:
+(:mod:`accelnet.runtime.control.invariants`; ``quiescent=False`` while jobs are live). Figures:
 acknowledged submissions per second (first send to last answer), client retries, retries
 the server answered from their key (its audit log's ``replayed``: without the key each
 would have been a duplicate), and
@@ -383,8 +383,8 @@ def _havoc(
 def audit(db: Path, acks: list[Ack], report: ApiChaosReport) -> None:
     """Read the store: lost, duplicated, mismatched, unacknowledged, states, violations;
     and the audit log: how many retries were answered from their key."""
-    from accelnet.runtime.invariants import violations
-    from accelnet.runtime.sqlite_store import SqliteStore
+    from accelnet.runtime.control.invariants import violations
+    from accelnet.runtime.control.sqlite_store import SqliteStore
 
     store = SqliteStore(db)
     try:

@@ -53,8 +53,8 @@ from rich.table import Table
 from accelnet.api.db import ApiDb
 from accelnet.api.tenants import Tenants
 from accelnet.api.tokens import Role, Tokens
-from accelnet.runtime.sqlite_store import SqliteStore
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.sqlite_store import SqliteStore
+from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobSpec, JobState
 from benchutil import run_and_report, source_state, src_label
 from serveproc import ServeProcess

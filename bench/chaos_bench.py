@@ -12,7 +12,7 @@ with the local backend; the driver (this process) kills it or its workers (found
 children) at seeded random times and restarts it on the same database; the controller
 itself fails and repairs devices at seeded random times (``Controller.fail_device``, which
 requeues the jobs on them within their retry budget). Once the kills are spent the last
-controller runs the queue dry; then :func:`accelnet.runtime.invariants.violations` reads the
+controller runs the queue dry; then :func:`accelnet.runtime.control.invariants.violations` reads the
 store. Prints a table and writes JSON under ``bench/results/``. Also imported by
 ``tests/runtime/test_chaos.py`` at a reduced size.
 
@@ -27,7 +27,7 @@ promises, the jobs on a lost node end LOST and are requeued within their retry b
 (the loss counts as a failure); the node's devices go OFFLINE and come back READY. Node
 recovery is measured from the kill to the moment the controller has every device of that
 machine in service again. The last controller waits for every machine to be back before
-it stops. ``tests/runtime/test_chaos_ray.py`` runs it at a reduced size. That part (the
+it stops. ``tests/runtime/ray/test_chaos_ray.py`` runs it at a reduced size. That part (the
 controller script, the cluster, the audit of the nodes) is in ``bench/chaos_ray.py``.
 """
 
@@ -71,9 +71,9 @@ from pathlib import Path
 from accelnet.devices import DeviceState
 from accelnet.fabric import load_fabric
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.controller import Controller
-from accelnet.runtime.local_backend import LocalBackend
-from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.runtime.control.controller import Controller
+from accelnet.runtime.local.backend import LocalBackend
+from accelnet.runtime.control.sqlite_store import SqliteStore
 from accelnet.sched import JobSpec
 
 db, work = sys.argv[1], Path(sys.argv[2])
@@ -347,9 +347,9 @@ def _audit(work: Path, planned: dict[str, str], report: ChaosReport) -> None:
     second after each restart, so the job placed first is often running at several, and
     the controller cannot tell it from a job that kills it. Held with fewer than two
     deaths in its events is a violation."""
-    from accelnet.runtime.controller import HELD_AFTER_DEATHS, LOST_AT_RESTART
-    from accelnet.runtime.invariants import violations
-    from accelnet.runtime.sqlite_store import SqliteStore
+    from accelnet.runtime.control.controller import HELD_AFTER_DEATHS, LOST_AT_RESTART
+    from accelnet.runtime.control.invariants import violations
+    from accelnet.runtime.control.sqlite_store import SqliteStore
     from accelnet.sched import JobState
 
     store = SqliteStore(str(work / "state.db"))

@@ -46,9 +46,9 @@ from pathlib import Path
 from accelnet.devices import DeviceState
 from accelnet.fabric import build_fabric, parse_spec
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.controller import Controller
-from accelnet.runtime.ray_connect import RayOptions
-from accelnet.runtime.sqlite_store import SqliteStore
+from accelnet.runtime.control.controller import Controller
+from accelnet.runtime.ray.connect import RayOptions
+from accelnet.runtime.control.sqlite_store import SqliteStore
 from accelnet.sched import JobSpec
 
 db, work = sys.argv[1], Path(sys.argv[2])
@@ -140,7 +140,7 @@ class RayChaosCluster:
         down_s: tuple[float, float],
         system: Mapping[str, Any] = RAY_SYSTEM,
     ) -> None:
-        from accelnet.runtime.ray_local import new_cluster, node_args
+        from accelnet.runtime.ray.local_cluster import new_cluster, node_args
 
         self._emulate = dict(nodes)
         self._down_s = down_s
@@ -188,7 +188,7 @@ class RayChaosCluster:
     def revive(self, force: bool = False) -> None:
         """Add back (a new Ray node for the same machine) each killed node that is due, or
         every one with ``force``; returns without waiting for them to register."""
-        from accelnet.runtime.ray_local import node_args
+        from accelnet.runtime.ray.local_cluster import node_args
 
         for host, due in list(self.down.items()):
             if force or time.monotonic() >= due:
@@ -231,7 +231,7 @@ def _audit_nodes(work: Path, ray: RayChaosCluster, report: ChaosReport) -> None:
     controller that died is requeued by the next without charge, as every running job
     is), and every device READY at the end."""
     from accelnet.devices import DeviceState
-    from accelnet.runtime.sqlite_store import SqliteStore
+    from accelnet.runtime.control.sqlite_store import SqliteStore
 
     path = work / "nodes.txt"
     seen = [line.split() for line in path.read_text().splitlines()] if path.exists() else []

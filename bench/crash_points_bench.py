@@ -15,7 +15,7 @@ starts on the file, resubmits the planned jobs the store lacks (a submission ack
 before the kill must be there; one not acknowledged may be resubmitted), re-issues a cancel
 that was not acknowledged, runs the queue dry and audits the store: every acknowledged job
 present exactly once, every job finished as planned, no invariant violated
-(:func:`accelnet.runtime.invariants.violations`), no device left ALLOCATED.
+(:func:`accelnet.runtime.control.invariants.violations`), no device left ALLOCATED.
 
 The workload (fabric ``pcie-4xL4``, 4 emulated devices, local backend, priority ordering
 with priority preemption): single-device jobs, a 2-device gang, a job that fails once then
@@ -28,7 +28,7 @@ Each run is a child forked from this process (imports paid once); up to ``--para
 points run at once. Timing differences between runs may shift which write is number N;
 the report counts the distinct kinds of write covered. Prints a table and writes JSON to
 ``bench/results/crash_points_bench.json``. Also imported by
-``tests/runtime/test_crash_points.py`` at a reduced size (``--workload small``).
+``tests/runtime/control/test_crash_points.py`` at a reduced size (``--workload small``).
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ from accelnet.devices import DeviceState
 from accelnet.devices.history import HistoryBucket
 from accelnet.fabric import load_fabric
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.controller import Controller
-from accelnet.runtime.invariants import violations
-from accelnet.runtime.local_backend import LocalBackend
-from accelnet.runtime.sqlite_store import SqliteStore
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.controller import Controller
+from accelnet.runtime.control.invariants import violations
+from accelnet.runtime.control.sqlite_store import SqliteStore
+from accelnet.runtime.control.store import JobRecord
+from accelnet.runtime.local.backend import LocalBackend
 from accelnet.sched import JobSpec, JobState, Scheduler
 
 FABRIC = "pcie-4xL4"

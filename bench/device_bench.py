@@ -75,12 +75,12 @@ from accelnet.devices.telemetry import DeviceSample, Sampler  # noqa: E402
 from accelnet.fabric import load_fabric  # noqa: E402
 from accelnet.fabric.model import DeviceKind  # noqa: E402
 from accelnet.runtime.backend import TaskEventKind, TaskSpec  # noqa: E402
+from accelnet.runtime.care.energy_book import EnergyBook  # noqa: E402
+from accelnet.runtime.care.history_keeper import HistoryKeeper  # noqa: E402
 from accelnet.runtime.clock import SystemClock  # noqa: E402
-from accelnet.runtime.energy_book import EnergyBook  # noqa: E402
-from accelnet.runtime.history_keeper import HistoryKeeper  # noqa: E402
-from accelnet.runtime.local_backend import LocalBackend  # noqa: E402
+from accelnet.runtime.control.store import MemoryStore  # noqa: E402
+from accelnet.runtime.local.backend import LocalBackend  # noqa: E402
 from accelnet.runtime.sdk import LocalCluster  # noqa: E402
-from accelnet.runtime.store import MemoryStore  # noqa: E402
 from accelnet.sched import JobState  # noqa: E402
 from benchutil import run_and_report, source_state, src_label  # noqa: E402
 

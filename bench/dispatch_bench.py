@@ -102,9 +102,9 @@ from rich.table import Table
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import load_fabric
-from accelnet.runtime.local_backend import Recycle
+from accelnet.runtime.control.store import JobRecord
+from accelnet.runtime.local.backend import Recycle
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Snapshot
 from accelnet.sched.session import Session
 from benchutil import run_and_report, source_state, src_label
@@ -364,7 +364,7 @@ def init_ray(cpus: int, local_mode: bool) -> None:
     """``ray.init`` for one run: a fresh local instance on 127.0.0.1, quiet, no dashboard."""
     import ray
 
-    from accelnet.runtime.ray_connect import LOOPBACK, keep_loopback
+    from accelnet.runtime.ray.connect import LOOPBACK, keep_loopback
 
     keep_loopback()  # else Ray takes this machine's network address for the node
     kwargs: dict[str, Any] = {"local_mode": True} if local_mode else {}

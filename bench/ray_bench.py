@@ -60,8 +60,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from accelnet.runtime.ray_connect import RayOptions
-from accelnet.runtime.ray_local import start_cluster
+from accelnet.runtime.ray.connect import RayOptions
+from accelnet.runtime.ray.local_cluster import start_cluster
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobState
 from benchutil import run_and_report, source_state, src_label

@@ -33,7 +33,7 @@ from rich.table import Table
 from accelnet.fabric import load_preset
 from accelnet.runtime.backend import TaskEventKind, TaskSpec
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.local_backend import LocalBackend
+from accelnet.runtime.local.backend import LocalBackend
 
 DEVICES = load_preset("pcie-4xL4").devices
 DEV = "l4box/gpu0"

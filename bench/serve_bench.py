@@ -42,8 +42,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from accelnet.runtime.energy_book import energy_from_json
-from accelnet.runtime.handoff import free_port
+from accelnet.runtime.care.energy_book import energy_from_json
+from accelnet.runtime.local.handoff import free_port
 from accelnet.runtime.sdk import LocalCluster
 from benchutil import run_and_report, source_state, src_label
 

@@ -20,8 +20,8 @@ from accelnet.api.app import create_app
 from accelnet.api.context import ApiContext, ApiSettings, build_context
 from accelnet.api.db import ApiDb
 from accelnet.api.port import LocalClusterPort
+from accelnet.runtime.control.sqlite_store import SqliteStore
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.sqlite_store import SqliteStore
 from tests.api.conftest import TOKENS, issue_tokens, spawn
 
 with warnings.catch_warnings():  # starlette would rather have httpx2 behind its TestClient

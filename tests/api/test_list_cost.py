@@ -22,8 +22,8 @@ from accelnet.api.jobs import JobService
 from accelnet.api.limits import AnonymousLimitMiddleware, FairShareMiddleware, RateLimiter
 from accelnet.api.tokens import Principal, Role
 from accelnet.runtime.clock import ManualClock
-from accelnet.runtime.sqlite_store import SqliteStore, event_page_queries, job_page_queries
-from accelnet.runtime.store import JobRecord, MemoryStore, Store
+from accelnet.runtime.control.sqlite_store import SqliteStore, event_page_queries, job_page_queries
+from accelnet.runtime.control.store import JobRecord, MemoryStore, Store
 from accelnet.sched import JobSpec, JobState
 
 STATES = list(JobState)

@@ -40,7 +40,7 @@ from accelnet.monitor.metrics import AccelnetCollector, exposition
 from accelnet.monitor.names import DCGM_LABELS, DEVICE_LABELS, METRICS, SAMPLE_FIELDS
 from accelnet.monitor.source import ServiceInfo
 from accelnet.monitor.timing import SERVICE_BUCKETS, histogram
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobSpec, JobState
 
 GIB = 1024**3

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from accelnet.runtime.controller import JobRejectedError
-from accelnet.runtime.cores import CoreBook
+from accelnet.runtime.control.controller import JobRejectedError
+from accelnet.runtime.local.cores import CoreBook
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobSpec, JobState
 

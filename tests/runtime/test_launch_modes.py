@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from accelnet.runtime.local.taskenv import host_launch_env
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.taskenv import host_launch_env
 from accelnet.sched import JobSpec, JobState
-from tests.runtime.test_rendezvous import TRAIN
+from tests.runtime.local.test_rendezvous import TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = str(ROOT / "examples" / "fabrics" / "l4-pair.yaml")  # 2 hosts x 2 L4
@@ -45,7 +45,7 @@ def test_launch_setup_and_workdir_are_checked_in_the_spec() -> None:
     assert ok.launch.value == "per-host" and ok.workdir == "sub"
 
 
-# the script of tests/runtime/test_rendezvous.py: an unmodified torch.distributed program
+# the script of tests/runtime/local/test_rendezvous.py: an unmodified torch.distributed program
 TORCHRUN_SCRIPT = TRAIN
 
 

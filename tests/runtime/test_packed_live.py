@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import accelnet
-from accelnet.runtime.invariants import check
+from accelnet.runtime.control.invariants import check
 from accelnet.sched import JobSpec
 from accelnet.sched.policies import make_scheduler
 

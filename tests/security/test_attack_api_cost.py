@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from accelnet.api.audit import SENDER_BURST
-from accelnet.runtime.sqlite_store import SqliteStore, event_page_queries, job_page_queries
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.sqlite_store import SqliteStore, event_page_queries, job_page_queries
+from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobSpec, JobState
 from tests.api.conftest import Server, spawn
 

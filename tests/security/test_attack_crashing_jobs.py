@@ -32,7 +32,7 @@ from accelnet.api.server import ServeOptions
 from accelnet.fabric import load_fabric
 from accelnet.runtime.backend import TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
-from accelnet.runtime.local_backend import LocalBackend
+from accelnet.runtime.local.backend import LocalBackend
 from accelnet.sched import JobState
 from tests.api.conftest import Server, spawn, wait_state
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from accelnet.api.server import ServeError, ServeOptions, run_as_users
-from accelnet.runtime.runas import RunAsError, parse_run_as, tenant_user_name
+from accelnet.runtime.local.runas import RunAsError, parse_run_as, tenant_user_name
 from tests.api.conftest import Server, spawn, wait_state
 
 V1 = "/api/v1"

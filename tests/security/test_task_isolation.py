@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from accelnet.runtime.runas import tenant_user_name
-from accelnet.runtime.taskenv import scrub_env
+from accelnet.runtime.local.runas import tenant_user_name
+from accelnet.runtime.local.taskenv import scrub_env
 from tests.api.conftest import Server, spawn, wait_state
 
 V1 = "/api/v1"

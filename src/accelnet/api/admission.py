@@ -42,8 +42,8 @@ from accelnet.api.quota import Charge, QuotaLedger
 from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Principal
 from accelnet.runtime.clock import Clock
-from accelnet.runtime.controller import JobRejectedError
-from accelnet.runtime.store import IdempotencyRecord, JobExistsError, JobRecord, StoreError
+from accelnet.runtime.control.controller import JobRejectedError
+from accelnet.runtime.control.store import IdempotencyRecord, JobExistsError, JobRecord, StoreError
 from accelnet.sched import JobSpec, JobState, Tenant
 from accelnet.sched.request import eligible_classes, rejection
 from accelnet.sched.topology import Topology

@@ -152,7 +152,7 @@ class ControlService:
     def events(self, who: Principal, since: int, limit: int) -> EventsOut:
         """Cluster events after ``since`` that ``who`` may see, at most ``limit``;
         ``next`` is the last event looked at (hidden ones included). Read with
-        :meth:`~accelnet.runtime.store.Store.events_page` (from the store's indexes: the
+        :meth:`~accelnet.runtime.control.store.Store.events_page` (from the store's indexes: the
         tenant's events and the devices', never the others')."""
         found, last = self.port.store.events_page(since, limit, None if who.admin else who.tenant)
         out = [

@@ -1,7 +1,7 @@
 """The API's own tables (tokens, tenants, audit log), in the store's SQLite file.
 
 ``accelnet serve --db PATH`` and ``accelnet token create --db PATH`` open the same file as
-the job store (:class:`~accelnet.runtime.sqlite_store.SqliteStore`), through a connection
+the job store (:class:`~accelnet.runtime.control.sqlite_store.SqliteStore`), through a connection
 of their own: the tables are prefixed ``api_`` and versioned in ``api_meta``, apart from the
 store's. WAL mode lets the server and a CLI in another process use the file at once;
 ``synchronous=FULL`` makes a created or revoked token durable when the call returns.
@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from accelnet.runtime.privacy import private_db
+from accelnet.runtime.control.privacy import private_db
 
 API_SCHEMA_VERSION = 1
 _SCHEMA = """

@@ -15,7 +15,7 @@ from accelnet.api.jobs import JobTenants
 from accelnet.api.models import AnswerOut, DeviceOpOut, DeviceOut
 from accelnet.api.port import DEVICE_OPS, ClusterPort, DeviceCareOffError
 from accelnet.api.tokens import Principal
-from accelnet.runtime.device_view import DeviceStatus
+from accelnet.runtime.care.device_view import DeviceStatus
 
 
 class DeviceService:

@@ -3,7 +3,7 @@
 Tenant isolation is here: for a non-admin a job of another tenant does not exist (404,
 the very answer an unknown id gets), lists hold its tenant's jobs only.
 
-A page of the list is read with :meth:`~accelnet.runtime.store.Store.jobs_page` (keyset
+A page of the list is read with :meth:`~accelnet.runtime.control.store.Store.jobs_page` (keyset
 paging: the jobs before the cursor's job, from the store's indexes), so it costs the same
 however many jobs are stored; the cursor names the last job of the previous page.
 """
@@ -24,7 +24,7 @@ from accelnet.api.errors import conflict, invalid, not_found
 from accelnet.api.models import EventOut, EventsOut, HostUseOut, JobOut, JobsOut
 from accelnet.api.port import ClusterPort
 from accelnet.api.tokens import Principal
-from accelnet.runtime.store import JobRecord, StoreError
+from accelnet.runtime.control.store import JobRecord, StoreError
 from accelnet.sched import JobSpec, JobState
 
 MAX_LIMIT = 500

@@ -31,7 +31,7 @@ from accelnet.monitor.source import (
     link_uses,
 )
 from accelnet.monitor.timing import HistogramSnapshot
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobState
 
 _RUNNING = (JobState.STARTING, JobState.RUNNING)

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from accelnet.fabric import Fabric
-from accelnet.runtime.care import Answer
-from accelnet.runtime.controller import JobRejectedError
-from accelnet.runtime.device_view import DeviceStatus, from_store
+from accelnet.runtime.care.device_care import Answer
+from accelnet.runtime.care.device_view import DeviceStatus, from_store
+from accelnet.runtime.control.controller import JobRejectedError
+from accelnet.runtime.control.store import IdempotencyRecord, Store
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.store import IdempotencyRecord, Store
 from accelnet.sched import JobSpec, Scheduler, Tenant
 from accelnet.sched.request import rejection
 from accelnet.sched.rounds import RoundScheduler
@@ -152,7 +152,7 @@ class LocalClusterPort:
         forget_before: float = -math.inf,
     ) -> None:
         """See :class:`ClusterPort`: under the cluster's lock (taken before the store's,
-        as the controller's thread takes them), one :meth:`~accelnet.runtime.store.Store.
+        as the controller's thread takes them), one :meth:`~accelnet.runtime.control.store.Store.
         atomic` around the controller's submissions and the key. Every spec is checked
         against the fabric first, so that a refusal never comes half-way."""
         c = self.cluster

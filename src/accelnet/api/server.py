@@ -43,8 +43,8 @@ from accelnet.api.metrics import mount_metrics
 from accelnet.api.port import LocalClusterPort
 from accelnet.api.tokens import Role
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.ray_connect import RayOptions
-from accelnet.runtime.runas import RunAsError, TenantUsers, parse_run_as, untraversable
+from accelnet.runtime.local.runas import RunAsError, TenantUsers, parse_run_as, untraversable
+from accelnet.runtime.ray.connect import RayOptions
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched.policies import make_scheduler
 

@@ -27,13 +27,13 @@ from rich.text import Text
 from accelnet.cli.fabric_cmd import fail, load_or_exit, note
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
+from accelnet.runtime.care.energy_book import energy_from_json
+from accelnet.runtime.control.store import JobRecord
 from accelnet.runtime.demo import TRAINING, DemoRun, DemoSizes, ServiceDemo
-from accelnet.runtime.energy_book import energy_from_json
-from accelnet.runtime.pipeline import find_report
-from accelnet.runtime.ray_connect import RayOptions
-from accelnet.runtime.ray_local import LOCAL_CLUSTER
+from accelnet.runtime.pipeline.stages import find_report
+from accelnet.runtime.ray.connect import RayOptions
+from accelnet.runtime.ray.local_cluster import LOCAL_CLUSTER
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.store import JobRecord
 
 
 def _pipeline_metric(result: Any) -> str:

@@ -38,12 +38,12 @@ from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.devices.telemetry import DeviceSample
 from accelnet.fabric import Fabric
 from accelnet.fabric.model import DeviceKind
+from accelnet.runtime.care.device_view import DeviceStatus, devices_json, from_store
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.device_view import DeviceStatus, devices_json, from_store
-from accelnet.runtime.local_backend import LocalBackend
+from accelnet.runtime.control.sqlite_store import SqliteStore
+from accelnet.runtime.control.store import MemoryStore
+from accelnet.runtime.local.backend import LocalBackend
 from accelnet.runtime.sdk_devices import probe_directly
-from accelnet.runtime.sqlite_store import SqliteStore
-from accelnet.runtime.store import MemoryStore
 
 device_app = typer.Typer(
     help="Devices: list with health; history; drain, undrain, reset, probe.",

@@ -11,8 +11,8 @@ import contextlib
 from collections.abc import Iterator
 
 from accelnet.cli.fabric_cmd import fail, note
-from accelnet.runtime.ray_connect import RayConnectError, RayOptions, RayUnavailableError
-from accelnet.runtime.ray_local import LOCAL_CLUSTER, local_ray_cluster
+from accelnet.runtime.ray.connect import RayConnectError, RayOptions, RayUnavailableError
+from accelnet.runtime.ray.local_cluster import LOCAL_CLUSTER, local_ray_cluster
 
 BACKENDS = ("local", "ray")
 BACKEND_HELP = "where tasks run: local (this machine) or ray (a Ray cluster; docs/ray.md)"

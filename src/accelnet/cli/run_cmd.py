@@ -31,10 +31,10 @@ from accelnet.cli.run_report import (
 )
 from accelnet.devices.faults import FaultPlanError, load_faults
 from accelnet.devices.remediation import PolicyError, load_policy
-from accelnet.runtime.controller import JobRejectedError
-from accelnet.runtime.ray_connect import RayOptions
+from accelnet.runtime.control.controller import JobRejectedError
+from accelnet.runtime.control.store import StoreError
+from accelnet.runtime.ray.connect import RayOptions
 from accelnet.runtime.sdk import Job, LocalCluster
-from accelnet.runtime.store import StoreError
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.spec import JobSpec
 from accelnet.sched.topology import Topology

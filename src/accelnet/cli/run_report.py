@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.text import Text
 
 from accelnet.cli.render import JOB_STATE_STYLE
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.store import JobRecord
 
 TAIL_LINES = 5  # lines of a log shown per job
 _TAIL_BYTES = 16384  # read at most this much of a log's end

@@ -173,7 +173,7 @@ class _HasTenant(Protocol):
 
 
 class _JobRecordLike(Protocol):
-    """The fields of :class:`accelnet.runtime.store.JobRecord` a :class:`JobInfo` needs."""
+    """The fields of :class:`accelnet.runtime.control.store.JobRecord` a :class:`JobInfo` needs."""
 
     @property
     def id(self) -> str: ...

@@ -39,7 +39,7 @@ class TaskSpec:
     ``fresh_worker``: the job asked that no task after this one run in the process this
     one's Python ran in (the worker is replaced before the device's next task).
     ``rendezvous``: the gang's launcher variables for this rank (``RANK``, ``WORLD_SIZE``,
-    ``LOCAL_RANK``, ``NODE_RANK``, ... :func:`accelnet.runtime.taskenv.rendezvous_env`),
+    ``LOCAL_RANK``, ``NODE_RANK``, ... :func:`accelnet.runtime.local.taskenv.rendezvous_env`),
     set by the controller; ``MASTER_ADDR`` and ``MASTER_PORT`` are the backend's to add
     where they are missing (rank 0's host, a port free there), the same for every rank of
     the attempt. ``workdir``: where the task starts (relative: to where it would start

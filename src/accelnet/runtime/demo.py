@@ -47,7 +47,7 @@ def _rank() -> tuple[int, int, str]:
 
 
 def _input(alias: str) -> str:
-    from accelnet.runtime.handoff import input_dirs
+    from accelnet.runtime.local.handoff import input_dirs
 
     return str(input_dirs()[alias])
 
@@ -61,7 +61,7 @@ def inference(out_dir: str, requests: int) -> dict[str, Any]:
 
 def render_band(width: int, height: int) -> dict[str, Any]:
     """Render this rank's band of the scene into the job's output folder."""
-    from accelnet.runtime.handoff import output_dir
+    from accelnet.runtime.local.handoff import output_dir
     from accelnet.workloads.render import render_tile
 
     rank, world, device = _rank()
@@ -77,7 +77,7 @@ def render_assemble(out_dir: str, world: int, width: int, height: int) -> dict[s
 
 def data_partition(rows: int) -> dict[str, Any]:
     """Aggregate this rank's partition of the table into the job's output folder."""
-    from accelnet.runtime.handoff import output_dir
+    from accelnet.runtime.local.handoff import output_dir
     from accelnet.workloads.data import aggregate_partition
 
     rank, world, device = _rank()
@@ -94,8 +94,8 @@ def data_merge(out_dir: str, world: int) -> dict[str, Any]:
 def video_pipeline(out_dir: str, frames: int, fps: int, realtime: bool) -> dict[str, Any]:
     """This rank's stages of the video pipeline; the sink's rank also writes the latency
     breakdown (latency.json, latency.png)."""
-    from accelnet.runtime.latency import plot
-    from accelnet.runtime.pipeline import Pipeline, Stage
+    from accelnet.runtime.pipeline.latency import plot
+    from accelnet.runtime.pipeline.stages import Pipeline, Stage
     from accelnet.workloads._common import write_json
     from accelnet.workloads.video_pipeline import video_stages
 

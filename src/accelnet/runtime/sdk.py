@@ -5,8 +5,9 @@ device it uses) on this machine's fabric, or on any fabric (``fabric="mixed-lab"
 devices are then emulated on this machine's CPU. Jobs are Python callables (cloudpickled)
 or job specs with a shell command or an entrypoint. A job may consume earlier jobs'
 outputs (``inputs={"tiles": job}``): it waits for them and finds their output folders in
-``ACCELNET_INPUT_<ALIAS>`` (:mod:`accelnet.runtime.handoff`). Devices are watched and
-repaired (:mod:`accelnet.runtime.care`, docs/devices.md): ``local(policy=..., faults=...)``,
+``ACCELNET_INPUT_<ALIAS>`` (:mod:`accelnet.runtime.local.handoff`). Devices are watched and
+repaired (:mod:`accelnet.runtime.care.device_care`, docs/devices.md):
+``local(policy=..., faults=...)``,
 ``cluster.devices()``, ``drain``, ``undrain``, ``reset_device``, ``probe``, ``inject``.
 Every job's energy is accounted (``job.energy``); ``local(power_budget_w=...)`` keeps the
 devices under a power budget by capping them and delaying starts (docs/power.md); the
@@ -32,24 +33,26 @@ from accelnet.devices.remediation import RemediationPolicy, load_policy
 from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.devices.telemetry import Sampler
 from accelnet.fabric import Fabric, load_fabric
-from accelnet.runtime.care import DeviceCare
+from accelnet.runtime.care.device_care import DeviceCare
+from accelnet.runtime.care.history_keeper import HISTORY_WIDTH_S, HistoryKeeper
+from accelnet.runtime.care.power import PowerCare, default_controls
 from accelnet.runtime.clock import SystemClock
-from accelnet.runtime.controller import Controller
-from accelnet.runtime.history_keeper import HISTORY_WIDTH_S, HistoryKeeper
-from accelnet.runtime.local_backend import LocalBackend, Recycle
-from accelnet.runtime.nccl_tuning import NcclTuning
-from accelnet.runtime.power_care import PowerCare, default_controls
-from accelnet.runtime.runas import OsUser, TenantUsers
+from accelnet.runtime.control.controller import Controller
+from accelnet.runtime.control.nccl_tuning import NcclTuning
+from accelnet.runtime.control.sqlite_store import SqliteStore
+from accelnet.runtime.control.store import Event, JobRecord, MemoryStore, Store
+from accelnet.runtime.local.backend import LocalBackend, Recycle
+from accelnet.runtime.local.runas import OsUser, TenantUsers
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
-from accelnet.runtime.sqlite_store import SqliteStore
-from accelnet.runtime.store import Event, JobRecord, MemoryStore, Store
 from accelnet.sched import JobSpec, JobState, Scheduler
 from accelnet.sched.jobfile import check_runnable, load_jobs
 
 if TYPE_CHECKING:
-    from accelnet.runtime.pipeline import Pipeline  # numpy: imported only where pipelines run
-    from accelnet.runtime.ray_backend import RayBackend
-    from accelnet.runtime.ray_connect import RayOptions
+    from accelnet.runtime.pipeline.stages import (
+        Pipeline,  # numpy: imported only where pipelines run
+    )
+    from accelnet.runtime.ray.backend import RayBackend
+    from accelnet.runtime.ray.connect import RayOptions
 
 
 class JobFailedError(RuntimeError):
@@ -141,7 +144,7 @@ class LocalCluster(DeviceOps):
     those of ``fabric``, which then declares the machines); their telemetry is not
     sampled and power caps are recorded, not enforced. ``run_as`` maps tenants to the users
     of this machine their tasks run as (a :class:`TenantUsers` also makes a user per
-    tenant; :mod:`accelnet.runtime.runas`; needs root);
+    tenant; :mod:`accelnet.runtime.local.runas`; needs root);
     ``task_cwd`` where tasks start (:class:`LocalBackend`)."""
 
     def __init__(
@@ -318,11 +321,11 @@ class LocalCluster(DeviceOps):
         accelerators: str | dict[str, Any] | None = None,
         **spec: Any,
     ) -> Job:
-        """Run a :class:`~accelnet.runtime.pipeline.Pipeline` as one gang job, by default
+        """Run a :class:`~accelnet.runtime.pipeline.stages.Pipeline` as one gang job, by default
         on as many devices as it has stages (at most as many as one machine of the fabric
         has; every stage on that machine): each stage in a process of its own, frames
         through shared memory. The job's result
-        holds the pipeline's report (:func:`~accelnet.runtime.pipeline.find_report`).
+        holds the pipeline's report (:func:`~accelnet.runtime.pipeline.stages.find_report`).
         Other keyword arguments as for :meth:`submit`."""
         if accelerators is None:
             most = max(len(h.device_ids) for h in self.fabric.hosts)

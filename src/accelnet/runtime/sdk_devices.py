@@ -2,8 +2,8 @@
 devices (``cluster.devices()``, ``drain``, ``undrain``, ``reset_device``, ``probe``,
 ``inject``, ``events``, ``recoveries``), and the samplers a local cluster watches with.
 
-Requests go to the cluster's :class:`~accelnet.runtime.care.DeviceCare` through its queue
-and are carried out in the controller's thread; the calls here wait for the answer.
+Requests go to the cluster's :class:`~accelnet.runtime.care.device_care.DeviceCare` through its
+queue and are carried out in the controller's thread; the calls here wait for the answer.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from accelnet.devices.telemetry import Sampler, SamplerUnavailableError
 from accelnet.fabric import Fabric
 from accelnet.fabric.model import DeviceKind
 from accelnet.runtime.backend import TaskEventKind, TaskSpec
-from accelnet.runtime.care import Answer, DeviceCare
-from accelnet.runtime.controller import Controller
-from accelnet.runtime.device_view import DeviceStatus, Recovery, recovery_times
-from accelnet.runtime.local_backend import LocalBackend
-from accelnet.runtime.power_care import PowerCare
-from accelnet.runtime.runas import SERVICE_TENANT
-from accelnet.runtime.store import Event, Store
+from accelnet.runtime.care.device_care import Answer, DeviceCare
+from accelnet.runtime.care.device_view import DeviceStatus, Recovery, recovery_times
+from accelnet.runtime.care.power import PowerCare
+from accelnet.runtime.control.controller import Controller
+from accelnet.runtime.control.store import Event, Store
+from accelnet.runtime.local.backend import LocalBackend
+from accelnet.runtime.local.runas import SERVICE_TENANT
 
 if TYPE_CHECKING:
-    from accelnet.runtime.ray_backend import RayBackend
+    from accelnet.runtime.ray.backend import RayBackend
 
 
 def default_samplers(fabric: Fabric, backend: LocalBackend, emulated: bool) -> list[Sampler]:

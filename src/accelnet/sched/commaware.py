@@ -23,7 +23,7 @@ from accelnet.comm import Communicator, CostModel, Path
 from accelnet.comm.flows import Traffic
 from accelnet.fabric import DomainLevel
 from accelnet.sched.capacity import CapacityIndex
-from accelnet.sched.packing import _by_count
+from accelnet.sched.packing import by_count
 from accelnet.sched.placement import BestFit, SeesTraffic, gather
 from accelnet.sched.request import Request
 from accelnet.sched.snapshot import JobView, Placement
@@ -173,7 +173,7 @@ class CommAware(BestFit, SeesTraffic):
         for node in (index.best_fit(cls, depth, k, within), index.first_fit(cls, depth, k, within)):
             if node is not None:
                 out[node] = None
-        for node in _by_count(index, cls, depth, k, within):
+        for node in by_count(index, cls, depth, k, within):
             if len(out) >= self.max_candidates:
                 break
             out[node] = None

@@ -248,14 +248,14 @@ class FragAware(PlacementStrategy):
     ) -> list[str]:
         """At most ``max_candidates`` nodes at ``depth`` (inside one ``within`` domain) with
         >= ``k`` wholly free ``cls`` devices; best fit's choice first, none if it has none."""
-        own = _by_count(index, cls, depth, k, within)
+        own = by_count(index, cls, depth, k, within)
         if not own:
             return []
         topo = index.topo
         via_parent: list[str] = []
         if depth > 0:
             whole, order = index.whole[cls], topo.node_order
-            for parent in _by_count(index, cls, depth - 1, k, None):
+            for parent in by_count(index, cls, depth - 1, k, None):
                 kids = [
                     (whole.get(c, 0), order[c], c)
                     for c in topo.children[parent]
@@ -308,7 +308,7 @@ class FragAware(PlacementStrategy):
         return None if best is None else best[1]
 
 
-def _by_count(
+def by_count(
     index: CapacityIndex, cls: str, depth: int, k: int, within: DomainLevel | None
 ) -> list[str]:
     """The first node (fabric order) of each distinct count >= ``k`` of wholly free ``cls``

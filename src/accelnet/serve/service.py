@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 import httpx
 
 from accelnet.monitor.source import ServiceInfo
-from accelnet.runtime.handoff import free_port
-from accelnet.runtime.local_backend import LocalBackend
+from accelnet.runtime.local.backend import LocalBackend
+from accelnet.runtime.local.handoff import free_port
 from accelnet.sched import JobState
 from accelnet.serve.autoscale import (
     Autoscaler,

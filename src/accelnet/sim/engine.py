@@ -31,8 +31,8 @@ from pathlib import Path
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
 from accelnet.runtime.clock import ManualClock
-from accelnet.runtime.controller import Controller, JobRejectedError
-from accelnet.runtime.store import JobRecord
+from accelnet.runtime.control.controller import Controller, JobRejectedError
+from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
 from accelnet.sched.rounds import RoundScheduler, StopCost
 from accelnet.sim.backend import SimBackend

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accelnet.runtime.store import JobRecord, MemoryStore
+from accelnet.runtime.control.store import JobRecord, MemoryStore
 from accelnet.sched import JobState
 
 EndHook = Callable[[JobRecord, int], None]

@@ -118,7 +118,7 @@ def _bounce(pos: float, vel: float, radius: float, size: int) -> tuple[float, fl
     return pos, vel
 
 
-def _check_stream(frames: int, width: int, height: int, fps: int) -> None:
+def check_stream(frames: int, width: int, height: int, fps: int) -> None:
     check_positive(frames=frames, fps=fps)
     if min(width, height) < MIN_SIDE:
         raise ValueError(f"width and height must be >= {MIN_SIDE}, got {width}x{height}")
@@ -135,7 +135,7 @@ def synthetic_stream(
     moves objects less per frame. Raises ``ValueError`` (at once, not on first use) for a
     side below 8 pixels or non-positive ``frames`` or ``fps``.
     """
-    _check_stream(frames, width, height, fps)
+    check_stream(frames, width, height, fps)
     return _stream(frames, width, height, fps, seed)
 
 
@@ -329,7 +329,7 @@ class MotionRecorder:
     """
 
     def __init__(self, out_dir: str, frames: int, width: int, height: int, fps: int) -> None:
-        _check_stream(frames, width, height, fps)
+        check_stream(frames, width, height, fps)
         self.out = prepare_out_dir(out_dir)
         self.frames, self.width, self.height, self.fps = frames, width, height, fps
         gif_fit = max(1, int(GIF_BUDGET_BYTES / (GIF_BYTES_PER_PIXEL * width * height)))
@@ -437,7 +437,7 @@ def detect_motion(
     it is recorded, not interpreted. Deterministic apart from the timings. Raises
     ``ValueError`` for non-positive counts or sizes below 8 pixels.
     """
-    _check_stream(frames, width, height, fps)
+    check_stream(frames, width, height, fps)
     recorder = MotionRecorder(out_dir, frames, width, height, fps)
     detector = MotionDetector(width, height, fps)
     latencies_ms: list[float] = []

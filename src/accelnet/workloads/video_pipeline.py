@@ -13,7 +13,7 @@ them:
 
 :func:`video_stages` gives the three as ``(name, make)`` pairs: ``make()`` builds the
 stage where it runs. Nothing here knows about processes or shared memory; the runtime's
-pipeline (:mod:`accelnet.runtime.pipeline`) does.
+pipeline (:mod:`accelnet.runtime.pipeline.stages`) does.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from accelnet.workloads.video import (
     Gray,
     MotionDetector,
     MotionRecorder,
-    _check_stream,
+    check_stream,
     synthetic_stream,
 )
 
@@ -88,7 +88,7 @@ def video_stages(
 ) -> list[tuple[str, Callable[[], Any]]]:
     """``[("decode", make), ("process", make), ("encode", make)]``; ``device`` is the
     encoder's, recorded in its summary. ValueError at once for bad sizes."""
-    _check_stream(frames, width, height, fps)
+    check_stream(frames, width, height, fps)
     return [
         ("decode", functools.partial(Decode, frames, width, height, fps, seed)),
         ("process", functools.partial(Process, width, height, fps)),

@@ -1,0 +1,1 @@
+"""Device care in the live system: health checks, remediation, power and energy."""

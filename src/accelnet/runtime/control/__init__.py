@@ -1,0 +1,1 @@
+"""The controller and what it keeps: the reconcile loop, its runs and devices, the store."""

@@ -1,0 +1,1 @@
+"""Running tasks on this machine: worker processes per device, tenants' users, hand-off."""

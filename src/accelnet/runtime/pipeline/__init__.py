@@ -1,0 +1,1 @@
+"""Pipeline jobs: stages at once, frames between them through shared memory."""

@@ -1,0 +1,101 @@
+"""The backend's side of data hand-off: output folders by reference, an attempt's shared
+memory gone with its last task, leftovers of dead backends swept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from accelnet.runtime.backend import TaskSpec
+from accelnet.runtime.local.handoff import HandoffArea, input_dirs, output_dir, shm_dir, sweep
+
+
+def task(rank: int, world: int = 2, attempt: int = 1, **inputs: str) -> TaskSpec:
+    return TaskSpec(f"j.{attempt}.{rank}", "j", rank, world, f"h/cpu{rank}", ("h/cpu0",),
+                    payload=b"x", attempt=attempt, inputs=dict(inputs))  # fmt: skip
+
+
+def test_task_variables_name_outputs_inputs_and_shared_memory(tmp_path: Path) -> None:
+    area = HandoffArea(tmp_path / "w", base=tmp_path / "shm")
+    env = area.task_env(task(0, tiles="render-1", parts="data-2"))
+    assert env["ACCELNET_OUTPUT"] == str((tmp_path / "w" / "outputs" / "j").resolve())
+    assert env["ACCELNET_INPUTS"] == "parts,tiles"
+    assert env["ACCELNET_INPUT_TILES"].endswith("/outputs/render-1")
+    assert env["ACCELNET_INPUT_PARTS"].endswith("/outputs/data-2")
+    assert not Path(env["ACCELNET_OUTPUT"]).exists()  # made by the task that writes to it
+    same = area.task_env(task(1))
+    assert same["ACCELNET_SHM"] == env["ACCELNET_SHM"]  # one folder per attempt
+    assert area.task_env(task(0, attempt=2))["ACCELNET_SHM"] != env["ACCELNET_SHM"]
+    assert area.output("../x y") == area.outputs / ".._x_y"
+    assert area.output("..") == area.outputs / "_"
+
+
+def test_shared_memory_goes_with_the_attempts_last_task(tmp_path: Path) -> None:
+    area = HandoffArea(tmp_path / "w", base=tmp_path / "shm")
+    shm = Path(area.task_env(task(0))["ACCELNET_SHM"])
+    area.task_env(task(1))
+    # made by the backend, private, under a name no one sharing the base can guess
+    assert shm.is_dir() and shm.stat().st_mode & 0o777 == 0o700
+    (shm / "hop0.ring").write_bytes(b"x" * 100)
+    area.task_ended("j.1.0")
+    area.task_ended("j.1.0")  # idempotent
+    assert shm.exists() and area.live_shm() == [shm]
+    area.task_ended("j.1.1")
+    assert not shm.exists() and area.live_shm() == []
+    other = Path(area.task_env(task(0, attempt=2))["ACCELNET_SHM"])
+    assert other.is_dir() and re.fullmatch(r"[0-9a-f]{16}", other.name.rsplit("-", 1)[1])
+    area.close()
+    assert not other.exists()
+
+
+def test_a_new_backend_sweeps_what_dead_ones_left(tmp_path: Path) -> None:
+    base = tmp_path / "shm"
+    live = HandoffArea(tmp_path / "a", base=base)
+    mine = Path(live.task_env(task(0))["ACCELNET_SHM"])
+    crashed = base / "accelnet-99-dead"  # its owner file exists, nobody holds it
+    (base / "accelnet-99-dead.owner").touch()
+    for folder in (crashed.with_name(crashed.name + "-1"), crashed.with_name(crashed.name + "-7")):
+        (folder / "hop0.ring").parent.mkdir()
+        (folder / "hop0.ring").write_bytes(b"x")
+    unrelated = base / "somebody-else"
+    unrelated.mkdir()
+    other = HandoffArea(tmp_path / "b", base=base)  # sweeps as it starts
+    assert sorted(p.name for p in base.iterdir()) == sorted(
+        [mine.name, unrelated.name, f"{mine.name.rsplit('-', 2)[0]}.owner"]
+    )
+    assert sweep(base) == []  # the live backend's folder is held
+    live.close()
+    assert sorted(p.name for p in base.iterdir()) == [unrelated.name]
+    other.close()
+
+
+def test_task_helpers_read_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACCELNET_OUTPUT", raising=False)
+    with pytest.raises(RuntimeError, match="ACCELNET_OUTPUT is not set"):
+        output_dir()
+    monkeypatch.setenv("ACCELNET_OUTPUT", str(tmp_path / "out"))
+    monkeypatch.setenv("ACCELNET_SHM", str(tmp_path / "shm"))
+    monkeypatch.setenv("ACCELNET_INPUTS", "tiles")
+    monkeypatch.setenv("ACCELNET_INPUT_TILES", str(tmp_path / "in"))
+    assert output_dir().is_dir() and shm_dir().is_dir()
+    assert input_dirs() == {"tiles": tmp_path / "in"}
+
+
+def test_a_shared_memory_folder_someone_else_could_enter_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # under a shared /dev/shm, a folder another user made (or left open) could be read by
+    # them: the task's helper refuses it rather than write there
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    monkeypatch.setenv("ACCELNET_SHM", str(loose))
+    with pytest.raises(PermissionError, match="not this user's private folder"):
+        shm_dir()
+    loose.chmod(0o700)
+    assert shm_dir() == loose
+    fresh = tmp_path / "fresh"
+    monkeypatch.setenv("ACCELNET_SHM", str(fresh))
+    assert shm_dir() == fresh and fresh.stat().st_mode & 0o777 == 0o700

@@ -1,0 +1,132 @@
+"""Rendezvous for gangs (issue 23 item 1): every rank gets torchrun's variables, rank 0's
+address and a port free there, so an unmodified ``torch.distributed`` script runs across
+the gang's hosts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from accelnet.runtime.backend import TaskEventKind, TaskSpec
+from accelnet.runtime.clock import ManualClock
+from accelnet.runtime.local.backend import LocalBackend
+from accelnet.runtime.local.taskenv import rendezvous_env
+from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched import JobSpec, JobState
+from tests.runtime.backend_contract import T0, until
+from tests.runtime.local.test_local_backend import DEVICES, GPU0, GPU1, GPU2
+
+
+def test_ranks_are_numbered_per_host_in_the_order_of_their_first_rank() -> None:
+    hosts = ("b", "b", "a", "b", "a")  # a gang placed over two hosts, ranks interleaved
+    envs = [rendezvous_env(r, hosts) for r in range(5)]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2", "3", "4"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"5"}
+    assert [e["NODE_RANK"] for e in envs] == ["0", "0", "1", "0", "1"]  # rank 0's host: node 0
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "0", "2", "1"]
+    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["3", "3", "2", "3", "2"]
+    for e in envs:
+        assert e["GROUP_RANK"] == e["NODE_RANK"] == e["ACCELNET_NODE_RANK"]
+        assert e["LOCAL_RANK"] == e["ACCELNET_LOCAL_RANK"]
+        assert e["GROUP_WORLD_SIZE"] == e["ACCELNET_NUM_NODES"] == "2"
+        assert e["ACCELNET_HOSTS"] == "b,a"
+        assert "MASTER_ADDR" not in e and "MASTER_PORT" not in e  # the backend's to add
+    single = rendezvous_env(0, ("h",))
+    assert (single["RANK"], single["WORLD_SIZE"], single["LOCAL_RANK"]) == ("0", "1", "0")
+
+
+def _spec(tid: str, rank: int, dev: str, tmp: Path, attempt: int = 1, **extra: str) -> TaskSpec:
+    devices = (GPU0, GPU1, GPU2)
+    hosts = ("l4box",) * 3
+    out = tmp / f"{tid}.json"
+    keep = '("MASTER_", "RANK", "LOCAL_")'
+    dump = f"{{k: v for k, v in os.environ.items() if k.startswith({keep})}}"
+    cmd = f'{sys.executable} -c \'import json, os; json.dump({dump}, open("{out}", "w"))\''
+    return TaskSpec(
+        tid, "job", rank, 3, dev, devices, command=cmd, log_dir=str(tmp / "logs"),
+        attempt=attempt, rendezvous={**rendezvous_env(rank, hosts), **extra},
+    )  # fmt: skip
+
+
+def test_the_ranks_of_an_attempt_on_one_machine_share_a_port_free_there(tmp_path: Path) -> None:
+    b = LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0), emulated=True)
+    try:
+        for rank, dev in enumerate((GPU0, GPU1, GPU2)):
+            b.launch(_spec(f"a{rank}", rank, dev, tmp_path))
+        done = until(b, lambda evs: sum(e.kind is TaskEventKind.SUCCEEDED for e in evs) == 3)
+        assert len([e for e in done if e.kind is TaskEventKind.SUCCEEDED]) == 3
+        seen = [json.loads((tmp_path / f"a{r}.json").read_text()) for r in range(3)]
+        assert {s["MASTER_ADDR"] for s in seen} == {"127.0.0.1"}
+        (port,) = {s["MASTER_PORT"] for s in seen}
+        assert 0 < int(port) < 65536
+        assert [s["RANK"] for s in seen] == ["0", "1", "2"]
+        assert [s["LOCAL_RANK"] for s in seen] == ["0", "1", "2"]
+        # a launcher that set them (a gang across machines) keeps its own
+        b.launch(_spec("b0", 0, GPU0, tmp_path, 2, MASTER_ADDR="10.0.0.7", MASTER_PORT="29500"))
+        until(b, lambda evs: any(e.task_id == "b0" and e.kind is TaskEventKind.SUCCEEDED
+                                 for e in evs))  # fmt: skip
+        kept = json.loads((tmp_path / "b0.json").read_text())
+        assert (kept["MASTER_ADDR"], kept["MASTER_PORT"]) == ("10.0.0.7", "29500")
+    finally:
+        b.close()
+
+
+TRAIN = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")  # env:// - nothing accelnet-specific
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    names = [None] * world
+    dist.all_gather_object(names, os.environ["ACCELNET_DEVICE"])
+    out = os.path.join(sys.argv[1], f"rank{rank}.json")
+    json.dump({"rank": rank, "world": world, "sum": t.item(), "devices": names,
+               "local_rank": int(os.environ["LOCAL_RANK"]),
+               "node_rank": int(os.environ["NODE_RANK"]),
+               "group_rank": int(os.environ["GROUP_RANK"]),
+               "host_devices": os.environ.get("ACCELNET_LOCAL_DEVICES", ""),
+               "cwd": os.getcwd()}, open(out, "w"))
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.slow
+def test_an_unmodified_torch_distributed_script_runs_across_a_gangs_hosts(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "allreduce.py"
+    script.write_text(TRAIN)
+    out = tmp_path / "out"
+    out.mkdir()
+    with LocalCluster("mixed-lab", workdir=tmp_path / "work") as cluster:
+        # two hosts: one Orin on each of jetson0 and jetson1; then 3 L4s of one host
+        specs = [
+            {"name": "two-hosts", "resources": {"accelerators": "Jetson-AGX-Orin:2"}},
+            {"name": "one-host", "resources": {"accelerators": "L4:3"}},
+        ]
+        jobs = []
+        for fields in specs:
+            dest = out / fields["name"]
+            dest.mkdir()
+            spec = JobSpec.model_validate(
+                {**fields, "run": f"{sys.executable} {script} {dest}", "timeout_s": 120}
+            )
+            jobs.append(cluster.submit_spec(spec))
+        for job in jobs:
+            rec = job.wait(180)
+            assert rec.state is JobState.SUCCEEDED, (rec.error, job.id)
+    two = [json.loads((out / "two-hosts" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["sum"] for r in two] == [3.0, 3.0]  # 1 + 2, reduced across the hosts
+    assert [r["node_rank"] for r in two] == [0, 1] and [r["local_rank"] for r in two] == [0, 0]
+    assert {d.split("/")[0] for d in two[0]["devices"]} == {"jetson0", "jetson1"}
+    one = [json.loads((out / "one-host" / f"rank{r}.json").read_text()) for r in range(3)]
+    assert [r["sum"] for r in one] == [6.0] * 3
+    assert [r["local_rank"] for r in one] == [0, 1, 2] and {r["node_rank"] for r in one} == {0}
