@@ -29,6 +29,8 @@ def test_plan_example_on_mixed_lab() -> None:
     assert set(starts["render-frames"]["devices"]) <= {f"l4box/gpu{i}" for i in range(4)}
     # H100s are taken by train-llm, L4s by render-frames and etl-logs: finetune waits
     assert data["waiting"]["finetune"].startswith("needs 4 x H100-SXM; 0 of 8 free; or needs")
+    assert data["waiting_codes"]["finetune"] == "no_capacity"
+    assert set(data["waiting_codes"]) == set(data["waiting"])
     code, out, _ = run("plan", "mixed-lab", str(EXAMPLE))
     assert code == 0 and "start" in out and "wait" in out and "train-llm" in out
 

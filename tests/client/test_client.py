@@ -11,7 +11,9 @@ import pytest
 
 import accelnet
 from accelnet.client import ApiError, Client, JobOut
+from accelnet.client.models import UNRESOLVABLE
 from accelnet.sched import JobSpec
+from accelnet.sched.reasons import OutcomeCode, WaitCode
 from accelnet.specio import SpecError
 from tests.client.conftest import Server, create_token
 
@@ -209,3 +211,37 @@ def test_over_quota_names_tenant_and_field(server: Server) -> None:
         tiny.submit({"name": "big", "run": "true", "resources": {"accelerators": "L4:1"}})
     assert (err.value.status, err.value.code) == (422, "over_quota")
     assert err.value.field == "resources.accelerators" and "tiny" in err.value.message
+
+
+def next_step(job: JobOut) -> str:
+    """What a user's tooling does with a job, branching on the codes (never on the text)."""
+    if job.finished:
+        steps = {"succeeded": "collect", "timed_out": "resubmit with a longer timeout_s",
+                 "task_failed": "read stderr"}  # fmt: skip
+        return steps.get(job.outcome_code or "", "page someone")
+    if job.unresolvable:
+        return "change or cancel"
+    return "wait" if job.reason_code else "watch"
+
+
+def test_a_client_branches_on_reason_and_outcome_codes(server: Server) -> None:
+    with server.client("alice") as api:
+        late = api.submit({"name": unique("late"), "run": "sleep 30", "timeout_s": 0.5,
+                           "max_retries": 0})  # fmt: skip
+        up = api.submit({"name": unique("up"), "run": "sleep 30"})
+        down = api.submit({"name": unique("down"), "run": "true", "inputs": {"x": up.name}})
+        done = api.wait(late, timeout=60)
+        assert (done.state, done.outcome_code) == ("failed", "timed_out")
+        assert next_step(done) == "resubmit with a longer timeout_s"
+        held = api.job(down)
+        assert (held.reason_code, held.outcome_code) == ("awaiting_inputs", None)
+        assert held.reason and next_step(held) == "wait"
+        api.cancel(up)
+        gone = api.wait(down, timeout=60)  # its input was cancelled: it cannot run
+        assert (gone.state, gone.outcome_code) == ("failed", "input_failed")
+        assert api.wait(up, timeout=60).outcome_code == "cancelled"
+        schema = api._http.get("/openapi.json").json()["components"]["schemas"]
+        codes = {c.value for c in WaitCode}
+        assert set(schema["WaitCode"]["enum"]) == codes
+        assert set(schema["OutcomeCode"]["enum"]) == {c.value for c in OutcomeCode}
+        assert {c for c in codes if WaitCode(c).unresolvable} == UNRESOLVABLE

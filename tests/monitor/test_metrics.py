@@ -111,6 +111,22 @@ def gpu(index: int = 0, host: str = "dgx", source: str = "nvml", **readings: Any
 
 
 # ----- jobs and the scheduler ----------------------------------------------------------------
+def test_finished_jobs_are_counted_by_outcome_code() -> None:
+    jobs = [
+        JobInfo("a", "succeeded", "vision", 0.0, 1.0, 2.0, "succeeded"),
+        JobInfo("b", "failed", "vision", 0.0, 1.0, 3.0, "timed_out"),
+        JobInfo("c", "failed", "vision", 0.0, 1.0, 4.0, "timed_out"),
+        JobInfo("d", "admitted", "vision", 0.0, 1.0, None, "task_failed"),  # being retried
+        JobInfo("e", "cancelled", "nlp", 0.0, None, 5.0, "cancelled"),
+    ]
+    fams = parse(FakeSource(jobs))
+    assert fams["accelnet_jobs_finished"].type == "gauge"
+    got = {(s.labels["outcome"], s.labels["tenant"]): s.value
+           for s in fams["accelnet_jobs_finished"].samples}  # fmt: skip
+    assert got == {("succeeded", "vision"): 1, ("timed_out", "vision"): 2,
+                   ("cancelled", "nlp"): 1}  # fmt: skip
+
+
 def test_jobs_are_counted_by_state_and_tenant_with_zeros_filled() -> None:
     jobs = [
         JobInfo("a", "running", "vision", 0.0, 5.0),
@@ -406,7 +422,8 @@ def test_a_full_scrape_produces_every_catalogued_family() -> None:
     readings.update(throttle_reasons=("gpu_idle",), xid_events=(31,))
     dev = replace(gpu(0, **readings), health="pass")
     job = JobInfo("j", "running", "t", 0.0, 1.0)
-    source = FakeSource([job], [dev], [LinkUse("a", "b", 1.0, 2.0)], DecisionTimer().snapshot(),
+    ended = JobInfo("k", "failed", "t", 0.0, 1.0, 2.0, "timed_out")
+    source = FakeSource([job, ended], [dev], [LinkUse("a", "b", 1.0, 2.0)], DecisionTimer().snapshot(),
                         [digits_service()])  # fmt: skip
     collected = {m.name for m in AccelnetCollector(source).collect() if m.samples}
     assert collected == {d.name.removesuffix("_total") if not d.dcgm else d.name

@@ -15,6 +15,7 @@ from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Scheduler, Snapshot, Tenant
 from accelnet.sched.ordering import OrderingPolicy
+from accelnet.sched.reasons import Reason, WaitCode, code_of
 from accelnet.sched.session import Session
 
 from .test_properties import ACCELERATORS, FABRICS, TOPOLOGY
@@ -72,6 +73,11 @@ def same(a: Decision, b: Decision) -> None:
     assert a.preemptions == b.preemptions
     assert dict(a.nominations) == dict(b.nominations)
     assert dict(a.waiting) == dict(b.waiting)
+    # every reason is typed, and the incremental and full scans give the same codes
+    assert {j: code_of(r) for j, r in a.waiting.items()} == {
+        j: code_of(r) for j, r in b.waiting.items()
+    }
+    assert all(isinstance(r, Reason) for d in (a, b) for r in d.waiting.values())
     assert a.time_shares == b.time_shares
     assert a.again_at == b.again_at
 
@@ -218,8 +224,12 @@ def test_reason_now_is_the_decisions_reason_for_a_full_fabrics_queue() -> None:
     waiting = session.decide(2.0).waiting
     for v in views[n:]:
         assert session.reason(v.id) == waiting[v.id]
+        want = WaitCode.NEVER_FITS if v.id == "big" else WaitCode.NO_CAPACITY
+        assert code_of(session.reason(v.id)) is code_of(waiting[v.id]) is want
     assert session.reason("big") == waiting["big"]
     assert waiting["big"].startswith("can never run here: ")
+    big = waiting["big"]
+    assert isinstance(big, Reason) and big.code is WaitCode.NEVER_FITS and big.unresolvable
     assert session.reason(views[0].id) is None  # running, not waiting
     assert session.reason("nobody") is None
 

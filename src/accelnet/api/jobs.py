@@ -26,6 +26,7 @@ from accelnet.api.port import ClusterPort
 from accelnet.api.tokens import Principal
 from accelnet.runtime.control.store import JobRecord, StoreError
 from accelnet.sched import JobSpec, JobState
+from accelnet.sched.reasons import Reason, code_of
 
 MAX_LIMIT = 500
 MAX_LOG_READ = 16 * 1024 * 1024
@@ -123,7 +124,7 @@ class JobService:
                 self._dumped.popitem(last=False)
         return dumped
 
-    def out(self, rec: JobRecord, reasons: Mapping[str, str | None] | None = None) -> JobOut:
+    def out(self, rec: JobRecord, reasons: Mapping[str, Reason | None] | None = None) -> JobOut:
         """The API's view of a stored job (with why it waits, if it does: from
         ``reasons``, by job id, if given, else asked of the cluster)."""
         p = rec.placement
@@ -139,7 +140,8 @@ class JobService:
             devices=list(p.devices) if p else [], model=p.model if p else None,
             share=p.share if p else None,
             hosts=[HostUseOut(host=h, cpus=c, memory_gb=g) for h, c, g in p.hosts] if p else [],
-            reason=reason, error=rec.error,
+            reason=reason, reason_code=code_of(reason), error=rec.error,
+            outcome_code=rec.outcome,
             inputs=dict(rec.inputs), spec=spec,
         )  # fmt: skip
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from accelnet.api.tokens import NAME_PATTERN
 from accelnet.sched.placement import PLACEMENTS
 from accelnet.sched.policies import POLICY_NAMES
+from accelnet.sched.reasons import OutcomeCode, WaitCode
 from accelnet.specio import StrictFloat, StrictInt
 
 
@@ -88,7 +89,17 @@ class JobOut(BaseModel):
         "a CPU-only job's one host)",
     )
     reason: str | None = Field(description="why it waits (queued jobs only)")
+    reason_code: WaitCode | None = Field(
+        None,
+        description="why it waits, as a code to branch on (queued jobs only; never_fits and "
+        "unknown_tenant are unresolvable: waiting will not help); docs/api.md lists the codes",
+    )
     error: str | None
+    outcome_code: OutcomeCode | None = Field(
+        None,
+        description="how its latest attempt ended (its outcome once finished; null before an "
+        "attempt has ended); docs/api.md lists the codes",
+    )
     inputs: dict[str, str] = Field(description="alias -> id of each job it consumes")
     spec: dict[str, Any] = Field(description="the job spec (docs/job-spec.md)")
 

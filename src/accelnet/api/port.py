@@ -24,6 +24,7 @@ from accelnet.runtime.control.controller import JobRejectedError
 from accelnet.runtime.control.store import IdempotencyRecord, Store
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobSpec, Scheduler, Tenant
+from accelnet.sched.reasons import Reason
 from accelnet.sched.request import rejection
 from accelnet.sched.rounds import RoundScheduler
 from accelnet.sched.session import Session
@@ -73,11 +74,11 @@ class ClusterPort(Protocol):
         """Cancel a job (queued: at once; running: its tasks are stopped)."""
         ...
 
-    def reason(self, job_id: str) -> str | None:
+    def reason(self, job_id: str) -> Reason | None:
         """Why a queued job waits (None if it is not queued)."""
         ...
 
-    def reasons(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+    def reasons(self, job_ids: Sequence[str]) -> dict[str, Reason | None]:
         """:meth:`reason` of each job, asked at once (one wait for the controller)."""
         ...
 
@@ -176,11 +177,11 @@ class LocalClusterPort:
         self.cluster.cancel(job_id)
         self.cluster.backend.wakeup()
 
-    def reason(self, job_id: str) -> str | None:
+    def reason(self, job_id: str) -> Reason | None:
         """See :class:`ClusterPort`."""
         return self.cluster.reason(job_id)
 
-    def reasons(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+    def reasons(self, job_ids: Sequence[str]) -> dict[str, Reason | None]:
         """See :class:`ClusterPort`: under the cluster's lock, taken once."""
         with self.cluster._lock:
             return {j: self.cluster.controller.reason(j) for j in job_ids}

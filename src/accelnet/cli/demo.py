@@ -119,9 +119,9 @@ def _table(run: DemoRun, emulated: bool, title: str) -> Table:
         rec = job.record
         metric = _training_metric(run, rec) if name == TRAINING else _metric(name, rec.result)
         table.add_row(*_row(name, rec, emulated, run.outputs.get(name, ""), now, why, metric))
-    for name, why in run.skipped.items():
+    for name, skipped in run.skipped.items():
         table.add_row(Text(name), *(Text("-") for _ in range(4)), Text("skipped", "yellow"),
-                      Text(why), Text(""))  # fmt: skip
+                      Text(skipped), Text(""))  # fmt: skip
     return table
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 FINISHED_STATES = frozenset({"succeeded", "failed", "cancelled"})
 QUEUED_STATES = frozenset({"pending", "admitted"})
+UNRESOLVABLE = frozenset({"never_fits", "unknown_tenant"})  # reason codes (docs/api.md)
 LIVE_STATES = ("pending", "admitted", "starting", "running", "preempting")
 
 
@@ -54,7 +55,9 @@ class JobOut(_Out):
     model: str | None = None
     share: float | None = None
     reason: str | None = None
+    reason_code: str | None = None
     error: str | None = None
+    outcome_code: str | None = None
     inputs: dict[str, str] = {}
     spec: dict[str, Any] = {}
 
@@ -67,6 +70,12 @@ class JobOut(_Out):
     def queued(self) -> bool:
         """Pending or admitted: waiting for devices (``reason`` says why)."""
         return self.state in QUEUED_STATES
+
+    @property
+    def unresolvable(self) -> bool:
+        """Queued, and waiting will never start it (``reason_code`` ``never_fits`` or
+        ``unknown_tenant``): change it or cancel it."""
+        return self.reason_code in UNRESOLVABLE
 
 
 class JobsPage(_Out):

@@ -155,6 +155,7 @@ def render(source: MetricsSource) -> bytes:
 # ----- jobs -----------------------------------------------------------------------------------
 def _jobs(out: _Families, jobs: Iterable[JobInfo], bounds: Sequence[float]) -> None:
     counts: dict[tuple[str, str], int] = defaultdict(int)
+    outcomes: dict[tuple[str, str], int] = defaultdict(int)
     waits: dict[str, list[float]] = defaultdict(list)
     extra_states: set[str] = set()
     known = [s.value for s in JobState]
@@ -163,6 +164,8 @@ def _jobs(out: _Families, jobs: Iterable[JobInfo], bounds: Sequence[float]) -> N
         waits[job.tenant]  # every tenant with jobs gets a (maybe empty) histogram
         if job.state not in known:
             extra_states.add(job.state)
+        if job.finished_at is not None and job.outcome is not None:
+            outcomes[job.outcome, job.tenant] += 1
         if job.started_at is not None:
             waits[job.tenant].append(max(0.0, job.started_at - job.submitted_at))
     states = known + sorted(extra_states)
@@ -171,6 +174,8 @@ def _jobs(out: _Families, jobs: Iterable[JobInfo], bounds: Sequence[float]) -> N
             out.add("accelnet_jobs", (state, tenant), counts.get((tenant, state), 0))
         wait = histogram(waits[tenant], bounds)
         out.add_histogram("accelnet_queue_wait_seconds", (tenant,), wait)
+    for labels, n in sorted(outcomes.items()):
+        out.add("accelnet_jobs_finished", labels, n)
 
 
 # ----- services -------------------------------------------------------------------------------

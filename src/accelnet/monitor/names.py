@@ -125,6 +125,8 @@ _DEFS: tuple[MetricDef, ...] = (
     # ----- jobs and the scheduler -----
     MetricDef("accelnet_jobs", "gauge", "1", ("state", "tenant"),
               "Jobs in each state, per tenant (every state of a tenant with jobs, 0 included)."),
+    MetricDef("accelnet_jobs_finished", "gauge", "1", ("outcome", "tenant"),
+              "Finished jobs per tenant by how they ended (the outcome code, docs/api.md)."),
     MetricDef("accelnet_queue_wait_seconds", "histogram", "s", ("tenant",),
               "Time from submission to start of the jobs that have started "
               "(started_at - submitted_at, the latest attempt's start)."),

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 class JobInfo:
     """One job as the metrics see it. ``state`` is a :class:`~accelnet.sched.JobState` value
     (``"running"``); times are seconds on the controller's clock, ``None`` until they
-    happen. ``started_at - submitted_at`` is the job's queue wait."""
+    happen. ``started_at - submitted_at`` is the job's queue wait. ``outcome``: how its
+    latest attempt ended (an :class:`~accelnet.sched.reasons.OutcomeCode` value; None
+    before one has)."""
 
     id: str
     state: str
@@ -35,6 +37,7 @@ class JobInfo:
     submitted_at: float
     started_at: float | None = None
     finished_at: float | None = None
+    outcome: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,8 @@ class _JobRecordLike(Protocol):
     def started_at(self) -> float | None: ...
     @property
     def finished_at(self) -> float | None: ...
+    @property
+    def outcome(self) -> str | None: ...
 
 
 def job_info(record: _JobRecordLike) -> JobInfo:
@@ -198,6 +203,7 @@ def job_info(record: _JobRecordLike) -> JobInfo:
         record.submitted_at,
         record.started_at,
         record.finished_at,
+        None if record.outcome is None else str(record.outcome),
     )
 
 

@@ -88,7 +88,8 @@ class TaskEventKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TaskEvent:
-    """A task's news. ``result`` is the function's return value (SUCCEEDED, payload tasks)."""
+    """A task's news. ``result`` is the function's return value (SUCCEEDED, payload tasks);
+    ``timed_out``: a FAILED task ran past its ``timeout_s``."""
 
     task_id: str
     kind: TaskEventKind
@@ -96,6 +97,7 @@ class TaskEvent:
     exit_code: int | None = None
     error: str | None = None
     result: Any = None
+    timed_out: bool = False
 
 
 class Backend(ABC):

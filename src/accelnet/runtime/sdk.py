@@ -46,6 +46,7 @@ from accelnet.runtime.local.runas import OsUser, TenantUsers
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
 from accelnet.sched import JobSpec, JobState, Scheduler
 from accelnet.sched.jobfile import check_runnable, load_jobs
+from accelnet.sched.reasons import Reason
 
 if TYPE_CHECKING:
     from accelnet.runtime.pipeline.stages import (
@@ -399,7 +400,7 @@ class LocalCluster(DeviceOps):
         self.backend.wakeup()  # end the controller's poll wait now
         return Job(self, jid)
 
-    def reason(self, job_id: str) -> str | None:
+    def reason(self, job_id: str) -> Reason | None:
         """Why a queued job is waiting (None if it is not queued)."""
         with self._lock:
             return self.controller.reason(job_id)

@@ -60,6 +60,7 @@ from accelnet.sched.colocate import (
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import PlacementStrategy, explain
+from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, WaitCode, never_fits
 from accelnet.sched.roundplan import make_plan
 from accelnet.sched.scheduler import Scheduler, traffic_hook
 from accelnet.sched.shortcuts import Walk
@@ -286,7 +287,7 @@ class RoundScheduler(Scheduler):
         queued = list(w.ordered)
         jobs = running + queued
         self._forget(w.queued, w.queued_ids)
-        waiting: dict[str, str] = dict.fromkeys(w.pending, "waiting for admission")
+        waiting: dict[str, Reason] = dict.fromkeys(w.pending, AWAITING_ADMISSION)
         if not jobs:
             self._plan, self._mate, self._active = {}, {}, frozenset()
             return Decision((), (), waiting, {})
@@ -422,7 +423,7 @@ class RoundScheduler(Scheduler):
         stopping: Sequence[JobView],
         leaving: frozenset[str],
         w: Walk,
-        waiting: dict[str, str],
+        waiting: dict[str, Reason],
     ) -> list[Start]:
         """Planned queued jobs onto free devices of their model (the rest wait, why noted);
         a packed pair onto the same devices, both members' requests met; a job planned to
@@ -436,10 +437,12 @@ class RoundScheduler(Scheduler):
             model = self._plan.get(job.id)
             never, req = self.request(job, w.topo)
             if never is not None:
-                waiting[job.id] = f"can never run here: {never.message}"
+                waiting[job.id] = never_fits(never.message)
                 continue
             if model is None:
-                waiting[job.id] = f"{self.policy.name}: not planned to run this round"
+                waiting[job.id] = Reason(
+                    f"{self.policy.name}: not planned to run this round", WaitCode.NOT_PLANNED
+                )
                 continue
             mine = req.narrowed([i for i, c in enumerate(req.classes) if c.model.name == model])
             mate = self._mate.get(job.id)
@@ -451,14 +454,22 @@ class RoundScheduler(Scheduler):
                 if mate in held:  # it runs whole, or elsewhere, or its devices have no room
                     other = views.get(mate)  # another tenant's job is not named to this one
                     who = mate if other and other.spec.tenant == job.spec.tenant else "a job"
-                    waiting[job.id] = f"planned packed with {who}: waiting for its devices"
+                    waiting[job.id] = Reason(
+                        f"planned packed with {who}: waiting for its devices",
+                        WaitCode.PLANNED,
+                        {"model": model, "packed": True},
+                    )
                     continue
                 # its mate is queued (or being stopped): this job places the pair
                 if mate in views:
                     mine = pair_request(mine, self.request(views[mate], w.topo)[1])
             placed = self.placement.place(mine, w.index)
             if placed is None:
-                waiting[job.id] = f"planned on {model}: {explain(mine, w.index)}"
+                waiting[job.id] = Reason(
+                    f"planned on {model}: {explain(mine, w.index)}",
+                    WaitCode.PLANNED,
+                    {"model": model},
+                )
                 continue
             w.index.hold(placed)
             if mate is not None:  # the pair's devices: each member gets half of every one

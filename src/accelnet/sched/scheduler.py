@@ -32,6 +32,13 @@ from accelnet.sched.preemption import (
     VictimSearch,
     release,
 )
+from accelnet.sched.reasons import (
+    AWAITING_ADMISSION,
+    Reason,
+    WaitCode,
+    never_fits,
+    no_capacity,
+)
 from accelnet.sched.request import Rejection, Request, make_request, rejection
 from accelnet.sched.reserve import hold_for
 from accelnet.sched.shortcuts import Failed, Listed, Reasons, Shape, Walk, merge_shapes
@@ -302,7 +309,7 @@ class Scheduler:
             index,
             w.tenants,
             w.usage,
-            waiting=dict.fromkeys(w.pending, "waiting for admission"),
+            waiting=dict.fromkeys(w.pending, AWAITING_ADMISSION),
             search=self.preemption.start(w.running),
             started=traffic_hook(self.placement, topo, w.running),
             # devices promised to jobs by earlier preemptions are held for them alone
@@ -316,7 +323,7 @@ class Scheduler:
         tail: Sequence[JobView] = ()
         final: CapacityIndex | None = index
         jobs = iter(w.ordered)
-        cap: str | None = None
+        cap: Reason | None = None
         reserve = self.reserve_after_s if w.info is not None else None
         now = w.info.now if w.info is not None else math.inf  # no time: nobody waits
         again = math.inf  # when a wait runs out (Decision.again_at)
@@ -371,7 +378,7 @@ class Scheduler:
         tail: Sequence[JobView],
         final: CapacityIndex | None,
         failed: Failed,
-    ) -> Mapping[str, str]:
+    ) -> Mapping[str, Reason]:
         """The decision's waiting reasons: those written, and the lazy ones of the jobs not
         walked (a queue's tail, or with a merged queue every job of a failed shape)."""
         quota = Quota(w.tenants, run.usage)
@@ -401,7 +408,7 @@ class Scheduler:
         job: JobView,
         req: Request,
         run: _WalkState,
-        reason: str,
+        reason: Reason,
         times: tuple[float, float],
         number: int,
         no_hold: set[int],
@@ -423,22 +430,31 @@ class Scheduler:
         no_hold.add(number)
         return after, again
 
-    def _hold(self, job: JobView, req: Request, run: _WalkState, reason: str) -> bool:
+    def _hold(self, job: JobView, req: Request, run: _WalkState, reason: Reason) -> bool:
         """Hold a domain for ``job``, which has waited ``reserve_after_s`` and does not
         fit (:mod:`accelnet.sched.reserve`); whether one was held. Its reason says where."""
         held = hold_for(req, run.index)
         if held is None:
             return False
         node, count = held
-        run.waiting[job.id] = (
-            f"{reason}; {count} device{'s' * (count > 1)} of {run.index.topo.place_name(node)}"
-            f" held for it (waiting over {self.reserve_after_s:g} s)"
+        place = run.index.topo.place_name(node)
+        run.waiting[job.id] = reason.recoded(
+            WaitCode.DOMAIN_HELD,
+            f"{count} device{'s' * (count > 1)} of {place} held for it (waiting over "
+            f"{self.reserve_after_s:g} s)",
+            devices=count,
+            domain=place,
         )
         return True
 
     def _one(
-        self, job: JobView, never: Rejection | None, base: Request, run: _WalkState, cap: str | None
-    ) -> tuple[str | None, bool]:
+        self,
+        job: JobView,
+        never: Rejection | None,
+        base: Request,
+        run: _WalkState,
+        cap: Reason | None,
+    ) -> tuple[Reason | None, bool]:
         """Start ``job``, make way for it, or write why it waits. Returns the reason when
         it waits because its shape does not fit now (None otherwise), and whether any
         tenant's job of the shape would wait for it alike (it never fits, or its request,
@@ -446,7 +462,7 @@ class Scheduler:
         ``cap``: that reason, if another job of the shape met it already in this walk."""
         index, held = run.index, run.held
         if never is not None:
-            reason = f"can never run here: {never.message}"
+            reason = never_fits(never.message)
             run.waiting[job.id] = reason
             return reason, True
         req, quota_note, over = _within_quota(job, base, run.tenants, run.usage)
@@ -471,7 +487,7 @@ class Scheduler:
             _charge(run.usage, job.spec.tenant, placed)
             return None, False
         index.rollback(mark)
-        reason = explain(req, index) + (f"; over quota: {over}" if over else "")
+        reason = no_capacity(explain(req, index), over)
         mine = {d for d, share in held.get(job.id, ()) if share >= 1}
         pending = [d for d in job.nominated if d not in mine]
         if pending:
@@ -479,8 +495,10 @@ class Scheduler:
             devices = len(pending) - rooms
             what = [f"{devices} nominated device{'s' * (devices > 1)}"] if devices else []
             what += ["the host room nominated for it"] if rooms else []
-            run.waiting[job.id] = (
-                f"{reason}; waiting for preempted jobs to release {' and '.join(what)}"
+            run.waiting[job.id] = reason.recoded(
+                WaitCode.AWAITING_RELEASE,
+                f"waiting for preempted jobs to release {' and '.join(what)}",
+                devices=devices,
             )
             run.nominations[job.id] = job.nominated
             return None, False
@@ -489,7 +507,11 @@ class Scheduler:
             run.nominations[job.id] = self._make_way(
                 job, req, index, victims, reason, run.preemptions
             )
-            run.waiting[job.id] = f"{reason}; preempting {victims_named(job, victims)}"
+            run.waiting[job.id] = reason.recoded(
+                WaitCode.PREEMPTING,
+                f"preempting {victims_named(job, victims)}",
+                victims=len(victims),
+            )
             return None, False
         run.waiting[job.id] = reason
         return reason, not over
@@ -514,12 +536,13 @@ def _tightest_level(req: Request, topo: Topology) -> DomainLevel | None:
     return LEVELS[loosest]
 
 
-def _note_level_wait(job: str, req: Request, reason: str, waiting: dict[str, str]) -> str:
+def _note_level_wait(job: str, req: Request, reason: Reason, waiting: dict[str, Reason]) -> Reason:
     """``reason`` (the job's, in ``waiting``) saying that it waits for its level."""
     assert req.required is not None
-    note = f"it waits for one {LEVEL_NAMES[req.required]} (topology.wait_s)"
+    level = LEVEL_NAMES[req.required]
+    note = f"it waits for one {level} (topology.wait_s)"
     if note not in reason:  # a reason its shape met already has it
-        reason = waiting[job] = f"{reason}; {note}"
+        reason = waiting[job] = reason.noted(note, level_wait=level)
     return reason
 
 
@@ -530,7 +553,7 @@ class _WalkState:
     index: CapacityIndex
     tenants: Mapping[str, Tenant]
     usage: dict[str, dict[str, int]]
-    waiting: dict[str, str]
+    waiting: dict[str, Reason]
     search: VictimSearch | None
     started: Callable[[Request, Placement], None]
     held: dict[str, tuple[tuple[str, float], ...]]
@@ -546,7 +569,7 @@ class Quota:
     tenants: Mapping[str, Tenant]
     usage: _Usage
 
-    def check(self, job: JobView, req: Request) -> tuple[Request, str | None, str]:
+    def check(self, job: JobView, req: Request) -> tuple[Request, Reason | None, str]:
         """:func:`_within_quota` there."""
         return _within_quota(job, req, self.tenants, self.usage)
 
@@ -655,23 +678,30 @@ def uncharge(usage: dict[str, dict[str, int]], tenant: str, p: Placement) -> Non
     _charge(usage, tenant, p, -1)
 
 
+def _over(note: str | None, tenant: str) -> Reason:
+    assert note is not None  # every class is over: the first one's note was kept
+    return Reason(note, WaitCode.OVER_QUOTA, {"tenant": tenant})
+
+
 def _within_quota(
     job: JobView, req: Request, tenants: Mapping[str, Tenant], usage_units: _Usage
-) -> tuple[Request, str | None, str]:
+) -> tuple[Request, Reason | None, str]:
     """``req`` narrowed to the classes the tenant's quota still allows, or a reason; and a
     note naming the classes the quota took away (for the waiting reason)."""
     if not tenants:
         return req, None, ""
     tenant = tenants.get(job.spec.tenant)
     if tenant is None:
-        return req, f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)", ""
+        text = f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)"
+        return req, Reason(text, WaitCode.UNKNOWN_TENANT, {"tenant": job.spec.tenant}), ""
     if not tenant.quota:
         return req, None, ""
     mine = usage_units.get(job.spec.tenant, {})
     used = {m: u / SHARE_UNITS for m, u in mine.items()}
     quota = canonical_quota(tenant.quota)
     if req.cpu_only:
-        return req, _host_quota(tenant.name, req, quota, mine, 1), ""
+        host_note = _host_quota(tenant.name, req, quota, mine, 1)
+        return req, None if host_note is None else _over(host_note, tenant.name), ""
     total = quota.get("*")
     allowed: list[int] = []
     blocked: list[str] = []  # every class the quota takes away, for the waiting reason
@@ -709,7 +739,7 @@ def _within_quota(
             first = (
                 f"tenant {tenant.name} quota reached: {', '.join(by_model)}; needs {need:g} more"
             )
-        return req, first, ""
+        return req, _over(first, tenant.name), ""
     if not blocked:
         return req, None, ""
     return req.narrowed(allowed), None, ", ".join(blocked)

@@ -45,6 +45,7 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
+from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, never_fits, no_capacity
 from accelnet.sched.scheduler import Quota, Scheduler, uncharge, usage_of
 from accelnet.sched.shortcuts import Failed, Walk, merge_shapes
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
@@ -295,23 +296,23 @@ class Session:
             self._bound = [t for t in self._tenant_jobs if failed.bound(t)]
         return self._bound
 
-    def reason(self, job_id: str) -> str | None:
+    def reason(self, job_id: str) -> Reason | None:
         """Why a queued job waits *now* (what a decision would say of a job in a full
         fabric's queue tail); None for a job that is not queued."""
         job = self._jobs.get(job_id)
         if job is None:
             return None
         if job.state is JobState.PENDING:
-            return "waiting for admission"
+            return AWAITING_ADMISSION
         if job.state is not JobState.ADMITTED:
             return None
         never, base = self.scheduler.request(job, self.topo)
         if never is not None:
-            return f"can never run here: {never.message}"
+            return never_fits(never.message)
         req, note, over = Quota(self.tenants, self._usage).check(job, base)
         if note is not None:
             return note
-        return explain(req, self.index) + (f"; over quota: {over}" if over else "")
+        return no_capacity(explain(req, self.index), over)
 
     def _everyone(self) -> Sequence[JobView]:
         tail = _QueueTail(self._queue, 0)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from accelnet.sched.capacity import CapacityIndex
 from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.placement import explain
+from accelnet.sched.reasons import Reason, never_fits, no_capacity
 from accelnet.sched.snapshot import JobView, Tenant
 from accelnet.sched.topology import Topology
 
@@ -73,8 +74,8 @@ class Failed:
 
     def __init__(self, tenants: Mapping[str, Tenant]) -> None:
         self.tenants = tenants
-        self.numbers: dict[int, str] = {}
-        self.shapes: dict[Shape, str] = {}
+        self.numbers: dict[int, Reason] = {}
+        self.shapes: dict[Shape, Reason] = {}
         self.own: set[Shape] = set()  # the shapes whose failure was their tenant's own
 
     def bound(self, tenant: str) -> bool:
@@ -84,7 +85,7 @@ class Failed:
         known = self.tenants.get(tenant)
         return known is None or bool(known.quota)
 
-    def get(self, shape: Shape) -> str | None:
+    def get(self, shape: Shape) -> Reason | None:
         """Why a job of ``shape`` waits, if the shape failed for its tenant."""
         why = self.shapes.get(shape)
         if why is None:
@@ -93,7 +94,7 @@ class Failed:
                 return None
         return why
 
-    def add(self, shape: Shape, reason: str, shared: bool) -> None:
+    def add(self, shape: Shape, reason: Reason, shared: bool) -> None:
         """``shape`` failed with ``reason``; ``shared``: for every tenant alike."""
         if shared:
             self.numbers.setdefault(shape[1], reason)
@@ -109,7 +110,7 @@ class Failed:
         return shape not in self.own
 
 
-class Reasons(Mapping[str, str]):
+class Reasons(Mapping[str, Reason]):
     """Waiting reasons, those of the queue's tail computed when first read.
 
     The walk stops early when nothing is free (every later job waits with the reason its
@@ -121,7 +122,7 @@ class Reasons(Mapping[str, str]):
 
     def __init__(
         self,
-        eager: dict[str, str],
+        eager: dict[str, Reason],
         tail: Sequence[JobView],
         scheduler: Scheduler,
         topo: Topology,
@@ -147,9 +148,9 @@ class Reasons(Mapping[str, str]):
         self._index = index
         self._failed = failed
         self._shapes: dict[tuple[object, ...], str] = {}
-        self._computed: dict[str, str] = {}
+        self._computed: dict[str, Reason] = {}
 
-    def __getitem__(self, job_id: str) -> str:
+    def __getitem__(self, job_id: str) -> Reason:
         found = self._eager.get(job_id) or self._computed.get(job_id)
         if found is not None:
             return found
@@ -163,12 +164,12 @@ class Reasons(Mapping[str, str]):
         self._computed[job_id] = why
         return why
 
-    def _unwalked(self, job: JobView, number: int) -> str:
+    def _unwalked(self, job: JobView, number: int) -> Reason:
         """What the walk would have written for ``job`` where it ended (nothing changes
         after that point: the same capacity, the same tenants' use)."""
         never, base = self._scheduler.request(job, self._topo)
         if never is not None:
-            return f"can never run here: {never.message}"
+            return never_fits(never.message)
         req, note, over = (base, None, "") if self._quota is None else self._quota.check(job, base)
         if note is not None:
             return note
@@ -180,10 +181,10 @@ class Reasons(Mapping[str, str]):
         key = (req.classes, req.count, req.share, req.required, req.counts, req.cpus,
                req.memory_gb, req.per_host)  # fmt: skip
         why = self._shapes.get(key) or self._shapes.setdefault(key, explain(req, self._index))
-        return why + (f"; over quota: {over}" if over else "")
+        return no_capacity(why, over)
 
     @property
-    def eager(self) -> Mapping[str, str]:
+    def eager(self) -> Mapping[str, Reason]:
         """The reasons written during the decision (not those of the queue's tail)."""
         return self._eager
 

@@ -16,6 +16,7 @@ from typing import Any
 from accelnet.devices import DeviceState
 from accelnet.fabric import DomainLevel, Fabric
 from accelnet.sched.jobstate import JobState
+from accelnet.sched.reasons import Reason
 from accelnet.sched.spec import JobSpec
 
 
@@ -174,7 +175,7 @@ class Decision:
 
     starts: tuple[Start, ...]
     preemptions: tuple[Preempt, ...]
-    waiting: Mapping[str, str]
+    waiting: Mapping[str, Reason]
     time_shares: Mapping[str, Mapping[str, float]] | None = None
     nominations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     again_at: float | None = None
@@ -188,6 +189,7 @@ class Decision:
                 {"job": p.job, "for_job": p.for_job, "reason": p.reason} for p in self.preemptions
             ],
             "waiting": dict(self.waiting),
+            "waiting_codes": {j: r.code.value for j, r in self.waiting.items()},
             "time_shares": None
             if self.time_shares is None
             else {j: dict(s) for j, s in self.time_shares.items()},

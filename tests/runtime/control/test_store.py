@@ -13,7 +13,7 @@ from accelnet.devices import DeviceState
 from accelnet.devices.history import HistoryBucket, downsample
 from accelnet.devices.telemetry import DeviceSample
 from accelnet.fabric import DomainLevel
-from accelnet.runtime.control.sqlite_store import SqliteStore
+from accelnet.runtime.control.sqlite_store import SCHEMA_VERSION, SqliteStore
 from accelnet.runtime.control.store import (
     IdempotencyRecord,
     JobRecord,
@@ -22,6 +22,7 @@ from accelnet.runtime.control.store import (
     StoreError,
 )
 from accelnet.sched import JobSpec, JobState, Placement
+from accelnet.sched.reasons import OutcomeCode
 from accelnet.statemachine import IllegalTransitionError
 
 SPEC = JobSpec.model_validate({"name": "j", "run": "true", "resources": {"accelerators": "any:2"}})
@@ -90,7 +91,9 @@ def test_sqlite_schema_version_is_checked(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value='99' WHERE key='version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="schema version 99, this accelnet reads version 6"):
+    with pytest.raises(
+        StoreError, match=f"schema version 99, this accelnet reads version {SCHEMA_VERSION}"
+    ):
         SqliteStore(db)
     assert os.path.exists(db)
 
@@ -128,7 +131,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> Non
     assert again.get("old-1").attained == (("H100-SXM", 12.5),)
     assert again.get("old-1").done == 40.0
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("6",)
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
 
 
 def test_inputs_are_kept_and_jobs_found_by_name(store: Store) -> None:
@@ -181,7 +184,7 @@ def test_a_version_2_store_is_migrated_with_names_and_no_inputs(tmp_path: Path) 
     assert again.get("new-1").inputs == (("src", "old-2"),)
     assert again.get("new-1").spec.inputs == {"src": "old"}
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("6",)
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
 
 
 def bucket(dev: str, start: float, util: float, n: int = 1) -> HistoryBucket:
@@ -231,6 +234,7 @@ def test_a_version_3_store_is_migrated_with_no_energy_and_an_empty_history(
         """
         ALTER TABLE jobs DROP COLUMN energy;
         ALTER TABLE jobs DROP COLUMN retry_at;
+        ALTER TABLE jobs DROP COLUMN outcome;
         DROP TABLE device_history;
         UPDATE meta SET value='3' WHERE key='version';
         """
@@ -252,7 +256,7 @@ def test_a_version_3_store_is_migrated_with_no_energy_and_an_empty_history(
     assert len(again.history("a/cpu0")) == 1
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("6",)
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
 
 
 def test_atomic_writes_are_kept_together_or_not_at_all(store: Store) -> None:
@@ -347,6 +351,7 @@ def test_a_version_4_store_is_migrated_with_no_keys(tmp_path: Path) -> None:
     con = sqlite3.connect(db)  # back to version 4: no idempotency table
     con.executescript(
         "DROP TABLE idempotency; ALTER TABLE jobs DROP COLUMN retry_at; "
+        "ALTER TABLE jobs DROP COLUMN outcome; "
         "UPDATE meta SET value='4' WHERE key='version';"
     )
     con.close()
@@ -358,7 +363,7 @@ def test_a_version_4_store_is_migrated_with_no_keys(tmp_path: Path) -> None:
     assert [r.key for r in again.idempotency_records()] == ["k"]
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("6",)
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
 
 
 def test_a_version_5_store_is_migrated_and_keeps_a_jobs_retry_time(tmp_path: Path) -> None:
@@ -368,7 +373,8 @@ def test_a_version_5_store_is_migrated_and_keeps_a_jobs_retry_time(tmp_path: Pat
     SqliteStore(db).close()
     con = sqlite3.connect(db)  # back to version 5: no retry_at column
     con.executescript(
-        "ALTER TABLE jobs DROP COLUMN retry_at; UPDATE meta SET value='5' WHERE key='version';"
+        "ALTER TABLE jobs DROP COLUMN retry_at; ALTER TABLE jobs DROP COLUMN outcome; "
+        "UPDATE meta SET value='5' WHERE key='version';"
     )
     con.execute(
         "INSERT INTO jobs(id, spec, state, submitted_at, attempts, nominated, name) "
@@ -385,7 +391,34 @@ def test_a_version_5_store_is_migrated_and_keeps_a_jobs_retry_time(tmp_path: Pat
     assert again.get("old-1").retry_at == 42.5
     again.close()
     version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
-    assert version.fetchone() == ("6",)
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_6_store_is_migrated_and_keeps_outcome_codes(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "v6.db"
+    SqliteStore(db).close()
+    con = sqlite3.connect(db)  # back to version 6: no outcome column
+    con.executescript(
+        "ALTER TABLE jobs DROP COLUMN outcome; UPDATE meta SET value='6' WHERE key='version';"
+    )
+    con.execute(
+        "INSERT INTO jobs(id, spec, state, submitted_at, attempts, nominated, name) "
+        "VALUES('old-1', ?, 'failed', 5.0, 1, '', 'j')",
+        (SPEC.model_dump_json(),),
+    )
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    assert store.get("old-1").outcome is None  # ended before outcomes were recorded
+    store.update("old-1", outcome=OutcomeCode.TIMED_OUT)
+    store.close()
+    again = SqliteStore(db)
+    assert again.get("old-1").outcome is OutcomeCode.TIMED_OUT
+    again.close()
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
 
 
 def test_host_room_and_cpu_only_placements_are_kept(tmp_path: Path) -> None:

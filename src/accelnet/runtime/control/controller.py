@@ -57,6 +57,7 @@ from accelnet.runtime.control.runs import (
 )
 from accelnet.runtime.control.store import JobExistsError, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
+from accelnet.sched.reasons import OutcomeCode, Reason, WaitCode
 from accelnet.sched.request import rejection
 from accelnet.sched.session import Session
 from accelnet.sched.shortcuts import Reasons
@@ -113,7 +114,7 @@ class Controller:
         self.scheduler = scheduler or Scheduler()
         self.tenants = dict(tenants or {})
         self.topology = self.scheduler.topology(fabric)
-        self._reasons: Mapping[str, str] = {}  # written by the last decision
+        self._reasons: Mapping[str, Reason] = {}  # written by the last decision
         self.again_at: float | None = None  # decide again then, even if nothing happens
         self._runs: dict[str, Attempt] = {}
         self._tasks: dict[str, tuple[str, int]] = {}
@@ -153,7 +154,8 @@ class Controller:
         for rec in self.store.jobs([JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING]):
             if rec.id in cancelled:
                 self._transition(rec.id, JobState.CANCELLED, now, "cancelled (accepted before "
-                                 "the controller restarted)", finished_at=now)  # fmt: skip
+                             "the controller restarted)", finished_at=now,
+                             outcome=OutcomeCode.CANCELLED)  # fmt: skip
                 continue
             self._requeue_lost(rec, now)
         for rec in self.store.jobs([JobState.PENDING]):
@@ -167,19 +169,19 @@ class Controller:
         deaths = 1 + sum(LOST_AT_RESTART in e.detail for e in self.store.events(rec.id))
         if deaths == 1:
             self._transition(rec.id, JobState.ADMITTED, now, f"requeued: {LOST_AT_RESTART}",
-                             placement=None)  # fmt: skip
+                             placement=None, outcome=OutcomeCode.CONTROLLER_RESTART)  # fmt: skip
             return
         failures = rec.failures + 1
         error = (f"{LOST_AT_RESTART} ({deaths} times while it ran; every time after the "
                  "first spends a retry)")  # fmt: skip
         if failures <= rec.spec.max_retries:
-            end = requeue(rec, now, failures, error, backoff=True)
+            end = requeue(rec, now, failures, error, OutcomeCode.CONTROLLER_RESTART, backoff=True)
             self._transition(rec.id, end.state, now, end.cause, **end.changes)
             return
         error = (f"{HELD_AFTER_DEATHS} {deaths} times while this job ran "
                  "(it may be what stops it); resubmit it to run it again")  # fmt: skip
         self._transition(rec.id, JobState.FAILED, now, error, failures=failures, error=error,
-                         finished_at=now)  # fmt: skip
+                         finished_at=now, outcome=OutcomeCode.CONTROLLER_RESTART)  # fmt: skip
 
     # ----- public -------------------------------------------------------------------
     def submit(self, spec: JobSpec, payload: bytes | None = None, job_id: str | None = None) -> str:
@@ -217,7 +219,8 @@ class Controller:
         rec = self._live.get(job_id) or self.store.get(job_id)
         now = self.clock.now()
         if rec.state in (JobState.PENDING, JobState.ADMITTED):
-            self._transition(job_id, JobState.CANCELLED, now, "cancelled", finished_at=now)
+            self._transition(job_id, JobState.CANCELLED, now, "cancelled", finished_at=now,
+                             outcome=OutcomeCode.CANCELLED)  # fmt: skip
         elif rec.state.holds_devices():
             run = self._runs.get(job_id)
             if run is not None and run.cancel == "cancelled":
@@ -273,9 +276,7 @@ class Controller:
             run = self._runs.get(jid)
             if run is None or run.cancel is not None:
                 continue  # already being stopped (cancelled, preempted): that stands
-            if run.error is None:
-                run.error = f"device {dev} failed: {cause}"
-                run.device_failed = True  # not the job's doing: no backoff
+            run.failed(f"device {dev} failed: {cause}", OutcomeCode.DEVICE_FAILED)
             self._stop(jid, f"device {dev} failed")
 
     def repair_device(self, dev: str, cause: str) -> None:
@@ -294,19 +295,21 @@ class Controller:
         """The jobs holding (a share of) ``dev`` now, sorted."""
         return sorted(self._holders.get(dev, ()))
 
-    def reason(self, job_id: str) -> str | None:
+    def reason(self, job_id: str) -> Reason | None:
         """Why a queued job is waiting (None if it is not queued)."""
-        held = self._gate.reason(job_id, self._state_of)
+        inputs = self._gate.reason(job_id, self._state_of)
+        if inputs is not None:
+            return Reason(inputs, WaitCode.AWAITING_INPUTS)
         at = self._backoff.get(job_id)
-        if held is None and at is not None:
+        if at is not None:
             rec = self._live[job_id]
-            held = (f"retry backoff after failure {rec.failures} of its "
-                    f"{rec.spec.max_retries} retries: may start at {at:.3f} (in "
-                    f"{max(0.0, at - self.clock.now()):.3g} s)")  # fmt: skip
-        if held is None and self.power is not None:
-            held = self.power.reason(job_id)  # delayed by the power budget
-        if held is not None:
-            return held
+            return Reason(f"retry backoff after failure {rec.failures} of its "
+                          f"{rec.spec.max_retries} retries: may start at {at:.3f} (in "
+                          f"{max(0.0, at - self.clock.now()):.3g} s)", WaitCode.RETRY_BACKOFF,
+                          {"at": at, "failures": rec.failures})  # fmt: skip
+        power = None if self.power is None else self.power.reason(job_id)
+        if power is not None:  # delayed by the power budget
+            return Reason(power, WaitCode.POWER_BUDGET)
         found = self._reasons.get(job_id)
         return found if found is not None else self.session.reason(job_id)
 
@@ -399,7 +402,8 @@ class Controller:
         if v.ready:
             self._admit(rec.id, now, f"admitted: {v.text}")
         elif v.failed:
-            self._transition(rec.id, JobState.FAILED, now, v.text, error=v.text, finished_at=now)
+            self._transition(rec.id, JobState.FAILED, now, v.text, error=v.text, finished_at=now,
+                             outcome=OutcomeCode.INPUT_FAILED)  # fmt: skip
         elif not self._gate.holds(rec.id):
             self._gate.hold(rec.id, rec.inputs)
             self.store.log(rec.id, now, "job:held", v.text)
@@ -522,7 +526,8 @@ class Controller:
             run.results[rank] = ev.result
         elif run.error is None and ev.kind is not TaskEventKind.CANCELLED:
             log = self.log_dir / f"{ev.task_id}.err"
-            run.error = f"rank {rank} {ev.kind.value}: {ev.error or ev.exit_code} (log: {log})"
+            run.failed(f"rank {rank} {ev.kind.value}: {ev.error or ev.exit_code} (log: {log})",
+                       _failure(ev))  # fmt: skip
             self._stop(jid, "another rank failed")
         if run.settled():
             self._settle(self._live[jid], run, now)
@@ -537,8 +542,8 @@ class Controller:
         stopped = ev.kind is TaskEventKind.CANCELLED and run.cancel is not None
         if ev.kind is not TaskEventKind.SUCCEEDED and not stopped and run.error is None:
             log = self.log_dir / f"{ev.task_id}.err"
-            run.error = (f"setup on {host} {ev.kind.value}: {ev.error or ev.exit_code} "
-                         f"(log: {log})")  # fmt: skip
+            run.failed(f"setup on {host} {ev.kind.value}: {ev.error or ev.exit_code} "
+                       f"(log: {log})", OutcomeCode.SETUP_FAILED)  # fmt: skip
             self._stop(rec.id, "setup failed")
         if not run.setup and run.pending and run.cancel is None:
             specs, run.pending = run.pending, []
@@ -565,3 +570,10 @@ class Controller:
             del self._backoff[jid]
             self.session.put(self._live[jid].view())
             self._dirty = True
+
+
+def _failure(ev: TaskEvent) -> OutcomeCode:
+    """The outcome code of a rank's unsuccessful end."""
+    if ev.kind is TaskEventKind.LOST:
+        return OutcomeCode.WORKER_LOST
+    return OutcomeCode.TIMED_OUT if ev.timed_out else OutcomeCode.TASK_FAILED

@@ -23,33 +23,41 @@ from accelnet.runtime.backend import TaskEventKind
 from accelnet.runtime.control.runs import Attempt
 from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobState
+from accelnet.sched.reasons import OutcomeCode
 
 
 @dataclass(frozen=True)
 class Fate:
     """The transition an attempt's end makes: to ``state``, recorded with ``cause``,
-    setting the record's fields in ``changes``."""
+    setting the record's fields in ``changes`` (``outcome`` among them: the code of how
+    the attempt ended, :class:`~accelnet.sched.reasons.OutcomeCode`)."""
 
     state: JobState
     cause: str
     changes: Mapping[str, Any]
 
     @property
+    def outcome(self) -> OutcomeCode:
+        return OutcomeCode(self.changes["outcome"])
+
+    @property
     def succeeded(self) -> bool:
         return self.state is JobState.SUCCEEDED
 
 
-def requeue(rec: JobRecord, now: float, failures: int, error: str, backoff: bool) -> Fate:
-    """A failed attempt with retries left (``failures`` counts it): ADMITTED again, to
-    start after the spec's backoff (:meth:`accelnet.sched.spec.RetrySpec.delay`) or, without
-    ``backoff``, at once."""
+def requeue(
+    rec: JobRecord, now: float, failures: int, error: str, code: OutcomeCode, backoff: bool
+) -> Fate:
+    """A failed attempt (its ``error``, of ``code``) with retries left (``failures``
+    counts it): ADMITTED again, to start after the spec's backoff
+    (:meth:`accelnet.sched.spec.RetrySpec.delay`) or, without ``backoff``, at once."""
     delay = rec.spec.retry.delay(failures, rec.id) if backoff else 0.0
     at = now + delay if delay > 0 else None
     when = f", in {delay:.3g} s" if at is not None else ""
     return Fate(
         JobState.ADMITTED,
         f"requeued (retry {failures} of {rec.spec.max_retries}{when}): {error}",
-        {"placement": None, "failures": failures, "error": error, "retry_at": at},
+        {"placement": None, "failures": failures, "error": error, "retry_at": at, "outcome": code},
     )
 
 
@@ -60,14 +68,19 @@ def fate(rec: JobRecord, run: Attempt, now: float) -> Fate:
         ranks = [run.results[r] for r in range(run.world)]
         result = ranks[0] if run.world == 1 else ranks
         # an earlier attempt's error is in the events, not the job's error any more
-        changes = {"result": result, "finished_at": now, "error": None}
+        changes = {"result": result, "finished_at": now, "error": None,
+                   "outcome": OutcomeCode.SUCCEEDED}  # fmt: skip
         return Fate(JobState.SUCCEEDED, "every rank succeeded", changes)
     if run.cancel == "cancelled":
-        return Fate(JobState.CANCELLED, "cancelled", {"finished_at": now})
+        return Fate(JobState.CANCELLED, "cancelled",
+                    {"finished_at": now, "outcome": OutcomeCode.CANCELLED})  # fmt: skip
     if rec.state is JobState.PREEMPTING and run.error is None:
-        return Fate(JobState.ADMITTED, "requeued after preemption", {"placement": None})
+        return Fate(JobState.ADMITTED, "requeued after preemption",
+                    {"placement": None, "outcome": OutcomeCode.PREEMPTED})  # fmt: skip
     failures = rec.failures + 1
     error = run.error or "stopped"
+    code = run.failure or OutcomeCode.TASK_FAILED
     if failures <= rec.spec.max_retries:
-        return requeue(rec, now, failures, error, backoff=not run.device_failed)
-    return Fate(JobState.FAILED, error, {"failures": failures, "error": error, "finished_at": now})
+        return requeue(rec, now, failures, error, code, backoff=not run.device_failed)
+    changes = {"failures": failures, "error": error, "finished_at": now, "outcome": code}
+    return Fate(JobState.FAILED, error, changes)

@@ -20,6 +20,7 @@ from accelnet.runtime.control.store import JobRecord
 from accelnet.runtime.local.entry import call_entrypoint
 from accelnet.runtime.local.taskenv import host_launch_env, rendezvous_envs
 from accelnet.sched import Placement
+from accelnet.sched.reasons import OutcomeCode
 from accelnet.sched.spec import JobSpec, LaunchMode, stop_grace
 
 if TYPE_CHECKING:
@@ -40,9 +41,19 @@ class Attempt:
     ended: dict[int, TaskEventKind] = field(default_factory=dict)
     results: dict[int, Any] = field(default_factory=dict)
     error: str | None = None  # first failure of the attempt
+    failure: OutcomeCode | None = None  # the code of that failure
     cancel: str | None = None  # why the controller stopped it (cancel / preempt)
-    device_failed: bool = False  # its error is a device's failure: requeued without backoff
     launched: float = 0.0  # when its tasks were launched
+
+    def failed(self, error: str, code: OutcomeCode) -> None:
+        """Note the attempt's first failure (later ones are consequences of it)."""
+        if self.error is None:
+            self.error, self.failure = error, code
+
+    @property
+    def device_failed(self) -> bool:
+        """Its failure is a device's (not the job's doing: requeued without backoff)."""
+        return self.failure is OutcomeCode.DEVICE_FAILED
 
     def task_id(self, job: str, rank: int) -> str:
         return f"{job}.{self.attempt}.{rank}"

@@ -47,8 +47,9 @@ from accelnet.runtime.control.store import (
     StoreError,
 )
 from accelnet.sched import JobSpec, JobState, Placement
+from accelnet.sched.reasons import OutcomeCode
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -71,7 +72,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     inputs TEXT NOT NULL DEFAULT '',
     name TEXT,
     energy TEXT,
-    retry_at REAL
+    retry_at REAL,
+    outcome TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
@@ -121,7 +123,7 @@ _NO_SEQ = 2**63 - 1  # above every seq
 SPEC_CACHE = 2048  # job specs kept decoded (by their JSON text)
 _COLUMNS = (
     "id, spec, state, submitted_at, attempts, started_at, finished_at, placement, nominated, "
-    "result, error, payload, failures, attained, done, inputs, energy, retry_at"
+    "result, error, payload, failures, attained, done, inputs, energy, retry_at, outcome"
 )
 _MIGRATIONS = {  # from version N to N + 1
     1: (
@@ -136,6 +138,7 @@ _MIGRATIONS = {  # from version N to N + 1
     3: ("ALTER TABLE jobs ADD COLUMN energy TEXT",),  # device_history: made by _SCHEMA
     4: (),  # idempotency: made by _SCHEMA
     5: ("ALTER TABLE jobs ADD COLUMN retry_at REAL",),
+    6: ("ALTER TABLE jobs ADD COLUMN outcome TEXT",),
 }
 
 
@@ -311,7 +314,8 @@ class SqliteStore(Store):
             self._db.execute(
                 "UPDATE jobs SET spec=?, state=?, submitted_at=?, attempts=?, started_at=?, "
                 "finished_at=?, placement=?, nominated=?, result=?, error=?, payload=?, "
-                "failures=?, attained=?, done=?, inputs=?, energy=?, retry_at=? WHERE id=?",
+                "failures=?, attained=?, done=?, inputs=?, energy=?, retry_at=?, outcome=? "
+                "WHERE id=?",
                 (*row[1:], row[0]),
             )
             if event is not None:
@@ -338,6 +342,7 @@ class SqliteStore(Store):
             _pairs_text(r.inputs),
             None if r.energy is None else json.dumps(r.energy),
             r.retry_at,
+            None if r.outcome is None else r.outcome.value,
         )
 
     def _record(self, row: tuple[Any, ...]) -> JobRecord:
@@ -360,6 +365,7 @@ class SqliteStore(Store):
             inputs=_pairs_of(row[15]),
             energy=None if row[16] is None else json.loads(row[16]),
             retry_at=row[17],
+            outcome=None if row[18] is None else OutcomeCode(row[18]),
         )
 
     # ----- events -------------------------------------------------------------------

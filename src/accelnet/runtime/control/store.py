@@ -22,6 +22,7 @@ from typing import Any, Final
 from accelnet.devices import DeviceState
 from accelnet.devices.history import HistoryBucket, coarsen
 from accelnet.sched import JOB_TRANSITIONS, JobSpec, JobState, JobView, Placement
+from accelnet.sched.reasons import OutcomeCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,8 @@ class JobRecord:
     (:meth:`accelnet.devices.energy.JobEnergy.to_json`: joules, measured or modelled, by
     device; None before its first attempt ends or without energy accounting);
     ``retry_at`` when a job requeued after a failure may start again (its retry backoff;
-    None: at once)."""
+    None: at once); ``outcome`` how its latest attempt ended (:class:`OutcomeCode`; the
+    job's outcome once it has finished; None before an attempt has ended)."""
 
     id: str
     spec: JobSpec
@@ -55,6 +57,7 @@ class JobRecord:
     inputs: tuple[tuple[str, str], ...] = ()  # (alias, upstream job id)
     energy: dict[str, Any] | None = None  # JobEnergy.to_json() of its finished attempts
     retry_at: float | None = None  # a requeued failed job waits until then (backoff)
+    outcome: OutcomeCode | None = None  # how its latest attempt ended
 
     def view(self) -> JobView:
         """What the scheduler sees of the job."""

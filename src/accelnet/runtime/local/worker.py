@@ -30,9 +30,10 @@ Messages are tuples. Parent to worker: ``("init", {"parent_pid": int, "spool": s
 "beat_s": float | None})`` first, then
 ``("run", request)``, ``("cancel", task_id)``, ``("ping", token)``, ``("exit",)``. Worker to
 parent: ``("started", task_id, pid, monotonic_time)``, ``("done", task_id, kind,
-exit_code, error, result)`` with ``kind`` one of :data:`DONE_KINDS`, ``("pong", token)``,
-and ``("beat",)`` every ``beat_s`` seconds from a thread of its own (a heartbeat: it comes
-while a payload keeps the main thread busy, and stops if the process is stopped or hung).
+exit_code, error, result)`` with ``kind`` one of :data:`DONE_KINDS` or :data:`TIMED_OUT`,
+``("pong", token)``, and ``("beat",)`` every ``beat_s`` seconds from a thread of its own (a
+heartbeat: it comes while a payload keeps the main thread busy, and stops if the process is
+stopped or hung).
 Sends go through one lock, so the heartbeat never interleaves with another message.
 
 Imports are the standard library only (cloudpickle is imported on the first payload): the
@@ -55,6 +56,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 DONE_KINDS = ("succeeded", "failed", "cancelled")
+TIMED_OUT = "timed_out"  # a command past its timeout_s (reported as failed, marked so)
 STREAMS = ("out", "err")
 PARENT_CHECK_S = 0.25  # how often the watchdog looks for its parent
 ERROR_LINES = 6  # lines of a traceback (or of a command's stderr) kept in an event's error
@@ -313,7 +315,7 @@ class Worker:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         code = child.kill(grace)
-                        self._finish(req, "failed", code, f"timed out after {timeout:g} s")
+                        self._finish(req, TIMED_OUT, code, f"timed out after {timeout:g} s")
                         return
                     wait_s = min(wait_s, left)
                 watched: list[Any] = [self.conn]

@@ -276,7 +276,9 @@ class WorkerPool:
             elif w.task is not None and w.task.deadline is not None and w.task.deadline <= now:
                 timeout = w.task.spec.timeout_s
                 self.kill(w)
-                self._finish(w, TaskEventKind.FAILED, error=f"timed out after {timeout:g} s")
+                self._finish(
+                    w, TaskEventKind.FAILED, error=f"timed out after {timeout:g} s", timed_out=True
+                )
 
     def drain(self, w: WorkerProcess, readable: bool = False) -> None:
         """Handle the messages ``w`` has sent, without blocking for more (``readable``: its
@@ -327,7 +329,9 @@ class WorkerPool:
                     result = cloudpickle.loads(blob)
                 except Exception as e:
                     kind, error = "failed", f"the return value could not be unpickled: {e!r}"
-            self._finish(w, TaskEventKind(kind), exit_code=code, error=error, result=result)
+            late = kind == _worker.TIMED_OUT  # a command past its timeout_s: FAILED, so marked
+            self._finish(w, TaskEventKind.FAILED if late else TaskEventKind(kind), exit_code=code,
+                         error=error, result=result, timed_out=late)  # fmt: skip
 
     # -- paths ------------------------------------------------------------------------------
 

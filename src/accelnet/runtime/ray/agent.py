@@ -381,7 +381,7 @@ class NodeAgent:
                 with contextlib.suppress(OSError):
                     logs[stream] = path.read_bytes()
                     path.unlink()
-        return (ev.task_id, ev.kind.value, ev.exit_code, ev.error, ev.result, logs)
+        return (ev.task_id, ev.kind.value, ev.exit_code, ev.error, ev.result, logs, ev.timed_out)
 
     def _take_part(self, job: str, source: str, blob: bytes | None) -> None:
         with self._parts_lock:

@@ -391,7 +391,7 @@ class RayBackend(
         node.heard = time.monotonic()
         late = batch["seq"] < node.seq  # overtaken by a later answer: its events still count
         node.seq = max(node.seq, batch["seq"])
-        for task_id, kind, code, error, result, logs, fresh in batch["events"]:
+        for task_id, kind, code, error, result, logs, timed_out, fresh in batch["events"]:
             t = self._tasks.get(task_id)
             if t is None or t.host != node.host:
                 continue  # news of a task already settled here
@@ -408,7 +408,9 @@ class RayBackend(
                 continue
             if logs:
                 keep_logs(t.spec, logs)
-            self._finish(task_id, k, exit_code=code, error=error, result=result)
+            self._finish(
+                task_id, k, exit_code=code, error=error, result=result, timed_out=timed_out
+            )
         if not late:
             node.beats = {d: (now - age, pid) for d, (age, pid) in batch["beats"].items()}
             node.pids = dict(batch["pids"])

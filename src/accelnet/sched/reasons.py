@@ -1,0 +1,118 @@
+"""Typed reasons: why a job waits (:class:`WaitCode`) and how its last attempt ended
+(:class:`OutcomeCode`).
+
+A waiting reason is a :class:`Reason`: its display text (it *is* that ``str``, so every
+place that shows or logs it is unchanged) with a ``code`` clients branch on and the
+``facts`` the text was written from. Codes tell "can never run here"
+(:attr:`WaitCode.NEVER_FITS`, unresolvable: resubmit it changed) from "does not fit now"
+(:attr:`WaitCode.NO_CAPACITY`), as Kubernetes tells ``UnschedulableAndUnresolvable`` from
+``Unschedulable``. The code names the cause that decides the wait; notes added later
+(a topology wait, a quota note) keep it. docs/api.md lists the codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+_NO_FACTS: Mapping[str, Any] = MappingProxyType({})
+
+
+class WaitCode(StrEnum):
+    """Why a queued job waits."""
+
+    AWAITING_ADMISSION = "awaiting_admission"  # accepted, not yet admitted
+    AWAITING_INPUTS = "awaiting_inputs"  # the jobs whose outputs it consumes have not succeeded
+    RETRY_BACKOFF = "retry_backoff"  # after a failure, until its retry backoff ends
+    POWER_BUDGET = "power_budget"  # starting it would exceed the cluster's power budget
+    NEVER_FITS = "never_fits"  # no device of this fabric can ever run it (unresolvable)
+    UNKNOWN_TENANT = "unknown_tenant"  # its tenant is not one of the cluster's (unresolvable)
+    OVER_QUOTA = "over_quota"  # its tenant's quota is used up
+    NO_CAPACITY = "no_capacity"  # it does not fit in what is free now
+    PREEMPTING = "preempting"  # lower-priority jobs are being stopped to make room for it
+    AWAITING_RELEASE = "awaiting_release"  # jobs preempted for it have not let go yet
+    DOMAIN_HELD = "domain_held"  # it waited long: devices are held for it as they free up
+    NOT_PLANNED = "not_planned"  # a round-based policy did not plan it for this round
+    PLANNED = "planned"  # planned for this round; its devices are not free yet
+
+    @property
+    def unresolvable(self) -> bool:
+        """Whether waiting will never help (the job must be changed or cancelled)."""
+        return self in (WaitCode.NEVER_FITS, WaitCode.UNKNOWN_TENANT)
+
+
+class OutcomeCode(StrEnum):
+    """How a job's latest attempt ended (its final outcome once the job has finished)."""
+
+    SUCCEEDED = "succeeded"  # every rank succeeded
+    CANCELLED = "cancelled"  # cancelled on request
+    TASK_FAILED = "task_failed"  # a rank exited non-zero or raised
+    TIMED_OUT = "timed_out"  # a rank ran past its ``timeout_s``
+    WORKER_LOST = "worker_lost"  # the process running a rank died (killed, out of memory)
+    SETUP_FAILED = "setup_failed"  # the job's ``setup`` failed on a host
+    DEVICE_FAILED = "device_failed"  # a device under it failed (not the job's doing)
+    PREEMPTED = "preempted"  # stopped for a job of higher priority or by its policy; requeued
+    INPUT_FAILED = "input_failed"  # a job whose outputs it consumes failed or was cancelled
+    CONTROLLER_RESTART = "controller_restart"  # the controller died while it ran
+
+    @property
+    def retryable(self) -> bool:
+        """Whether an attempt ending so is requeued while the job has retries left."""
+        return self not in (
+            OutcomeCode.SUCCEEDED,
+            OutcomeCode.CANCELLED,
+            OutcomeCode.INPUT_FAILED,
+        )
+
+
+class Reason(str):
+    """A waiting reason: the display text, with its :class:`WaitCode` and facts."""
+
+    code: WaitCode
+    facts: Mapping[str, Any]
+
+    def __new__(cls, text: str, code: WaitCode, facts: Mapping[str, Any] | None = None) -> Reason:
+        self = super().__new__(cls, text)
+        self.code = code
+        self.facts = _NO_FACTS if not facts else MappingProxyType(dict(facts))
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Reason, (str(self), self.code, dict(self.facts)))
+
+    def noted(self, note: str, **facts: Any) -> Reason:
+        """This reason with ``note`` added to its text (and ``facts`` to its facts); the
+        code stays."""
+        return Reason(f"{self}; {note}", self.code, {**self.facts, **facts})
+
+    def recoded(self, code: WaitCode, note: str, **facts: Any) -> Reason:
+        """This reason with ``note`` added, now for ``code`` (e.g. a job that did not fit
+        and now preempts others)."""
+        return Reason(f"{self}; {note}", code, {**self.facts, **facts})
+
+    @property
+    def unresolvable(self) -> bool:
+        return self.code.unresolvable
+
+
+AWAITING_ADMISSION = Reason("waiting for admission", WaitCode.AWAITING_ADMISSION)
+
+
+def never_fits(message: str) -> Reason:
+    """The reason of a job no device of the fabric can ever run (``message``: why)."""
+    return Reason(f"can never run here: {message}", WaitCode.NEVER_FITS, {"detail": message})
+
+
+def no_capacity(explained: str, over: str = "") -> Reason:
+    """The reason of a job that does not fit now (``explained``: what it needs and what
+    is free); ``over``: the classes its tenant's quota took away, if any."""
+    if not over:
+        return Reason(explained, WaitCode.NO_CAPACITY)
+    return Reason(f"{explained}; over quota: {over}", WaitCode.NO_CAPACITY, {"over_quota": over})
+
+
+def code_of(reason: str | None) -> WaitCode | None:
+    """The code of a waiting reason (None for none, or for untyped text)."""
+    return reason.code if isinstance(reason, Reason) else None
