@@ -423,8 +423,8 @@ def test_a_full_scrape_produces_every_catalogued_family() -> None:
     dev = replace(gpu(0, **readings), health="pass")
     job = JobInfo("j", "running", "t", 0.0, 1.0)
     ended = JobInfo("k", "failed", "t", 0.0, 1.0, 2.0, "timed_out")
-    source = FakeSource([job, ended], [dev], [LinkUse("a", "b", 1.0, 2.0)], DecisionTimer().snapshot(),
-                        [digits_service()])  # fmt: skip
+    links = [LinkUse("a", "b", 1.0, 2.0)]
+    source = FakeSource([job, ended], [dev], links, DecisionTimer().snapshot(), [digits_service()])
     collected = {m.name for m in AccelnetCollector(source).collect() if m.samples}
     assert collected == {d.name.removesuffix("_total") if not d.dcgm else d.name
                          for d in METRICS.values()}  # fmt: skip

@@ -500,3 +500,84 @@ def wait_for_worker(b: SupportsWorkers, device: str, limit: float = 10.0) -> int
         assert time.monotonic() < end, f"no worker for {device}"
         threading.Event().wait(0.02)
     return pid
+
+
+# -- the event protocol: every backend, the simulator's included ----------------------------
+
+
+@dataclass
+class EventHarness:
+    """A backend under the event-protocol tests. ``short(tid, device, job, devices, share)``
+    and ``long(...)`` make tasks that end on their own soon and that run until stopped;
+    ``wait(done)`` gathers events until ``done(events so far)`` (polling in real time, or
+    moving a simulated clock from event to event); ``quiet()`` the events left once
+    nothing more can happen without a new launch or cancel (none, for a sound backend)."""
+
+    backend: Backend
+    devices: tuple[str, str, str, str]
+    short: Callable[..., TaskSpec]
+    long: Callable[..., TaskSpec]
+    wait: Callable[[Callable[[list[TaskEvent]], bool]], list[TaskEvent]]
+    quiet: Callable[[], list[TaskEvent]]
+
+
+def _terminal_ids(events: list[TaskEvent]) -> set[str]:
+    return {e.task_id for e in events if e.kind in TERMINAL}
+
+
+def _one_story_each(events: list[TaskEvent], ids: set[str]) -> dict[str, TaskEventKind]:
+    """Each task's events: STARTED (if any) first, then exactly one terminal event."""
+    ends: dict[str, TaskEventKind] = {}
+    for tid in ids:
+        kinds = [e.kind for e in events if e.task_id == tid]
+        assert sum(k in TERMINAL for k in kinds) == 1, (tid, kinds)
+        assert kinds[-1] in TERMINAL, (tid, kinds)
+        assert kinds.count(TaskEventKind.STARTED) <= 1 and (
+            TaskEventKind.STARTED not in kinds or kinds[0] is TaskEventKind.STARTED
+        ), (tid, kinds)
+        ends[tid] = kinds[-1]
+    return ends
+
+
+class EventContract:
+    """What the controller relies on of every backend's events, simulated ones included;
+    a subclass named ``Test...`` provides the ``protocol`` fixture."""
+
+    def test_each_task_starts_first_and_ends_exactly_once(self, protocol: EventHarness) -> None:
+        b, (d0, d1, d2, _) = protocol.backend, protocol.devices
+        gang = (d0, d1)
+        specs = [protocol.short("g0", d0, "gang", gang, 1.0),
+                 protocol.short("g1", d1, "gang", gang, 1.0),
+                 protocol.short("solo", d2, "solo", (d2,), 1.0)]  # fmt: skip
+        for s in specs:
+            b.launch(s)
+        events = protocol.wait(lambda ev: _terminal_ids(ev) >= {"g0", "g1", "solo"})
+        ends = _one_story_each(events, {"g0", "g1", "solo"})
+        assert set(ends.values()) == {TaskEventKind.SUCCEEDED}
+        assert protocol.quiet() == []
+
+    def test_a_cancel_ends_a_running_gang_once_and_later_cancels_do_nothing(
+        self, protocol: EventHarness
+    ) -> None:
+        b, (d0, d1, _, _) = protocol.backend, protocol.devices
+        gang = (d0, d1)
+        for rank, dev in enumerate(gang):
+            b.launch(protocol.long(f"l{rank}", dev, "stopped", gang, 1.0))
+        began = TaskEventKind.STARTED
+        seen = protocol.wait(lambda ev: {e.task_id for e in ev if e.kind is began} >= {"l0", "l1"})
+        b.cancel("l0")
+        b.cancel("l1")
+        seen += protocol.wait(lambda ev: _terminal_ids(seen + ev) >= {"l0", "l1"})
+        ends = _one_story_each(seen, {"l0", "l1"})
+        assert set(ends.values()) == {TaskEventKind.CANCELLED}
+        b.cancel("l0")  # ended: a no-op
+        b.cancel("never-launched")
+        assert protocol.quiet() == []
+
+    def test_tasks_sharing_a_device_both_run_to_the_end(self, protocol: EventHarness) -> None:
+        b, (d0, _, _, _) = protocol.backend, protocol.devices
+        b.launch(protocol.short("half-a", d0, "half-a", (d0,), 0.5))
+        b.launch(protocol.short("half-b", d0, "half-b", (d0,), 0.5))
+        events = protocol.wait(lambda ev: _terminal_ids(ev) >= {"half-a", "half-b"})
+        ends = _one_story_each(events, {"half-a", "half-b"})
+        assert set(ends.values()) == {TaskEventKind.SUCCEEDED}

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -20,13 +20,15 @@ import pytest
 
 from accelnet.fabric import load_preset
 from accelnet.fabric.discovery import discover
-from accelnet.runtime.backend import TaskEventKind
+from accelnet.runtime.backend import TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.backend import LocalBackend
 from accelnet.runtime.local.taskenv import cuda_visible_devices, mps_env
 from tests.runtime.backend_contract import (
     T0,
     BackendContract,
+    EventContract,
+    EventHarness,
     Harness,
     env_values,
     getpid,
@@ -64,6 +66,35 @@ class TestLocalBackendContract(BackendContract):
     @pytest.fixture
     def harness(self, backend: LocalBackend, tmp_path: Path) -> Harness:
         return Harness(backend, (GPU0, GPU1, GPU2, GPU3), tmp_path / "logs")
+
+
+class TestLocalBackendEvents(EventContract):
+    """The event protocol (the simulator's backend keeps it too: tests/sim)."""
+
+    @pytest.fixture
+    def protocol(self, backend: LocalBackend, tmp_path: Path) -> EventHarness:
+        logs = tmp_path / "logs"
+
+        def maker(command: str) -> Callable[..., TaskSpec]:
+            def make(
+                tid: str, device: str, job: str, gang: tuple[str, ...], share: float
+            ) -> TaskSpec:
+                rank = gang.index(device)
+                spec = task(tid, device, logs, command, devices=gang, rank=rank, job=job)
+                return dataclasses.replace(spec, share=share)
+
+            return make
+
+        devices = (GPU0, GPU1, GPU2, GPU3)
+        short, long = maker("true"), maker("sleep 100")
+        return EventHarness(
+            backend,
+            devices,
+            short,
+            long,
+            lambda done: until(backend, done),
+            lambda: backend.poll(0.2),
+        )
 
 
 def write_scratch() -> str:
