@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from accelnet.monitor.timing import SERVICE_BUCKETS, Counts, HistogramSnapshot
-from accelnet.serve.upstream import Answer, BrokenError, NotConnectedError, Pool
+from accelnet.serve.upstream import BrokenError, NotConnectedError, Pool, UpstreamAnswer
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 AFFINITY = b"x-accelnet-affinity"  # requests with the same value go to the same replica
@@ -414,7 +414,7 @@ class Router:
             return
 
     async def _relay(
-        self, resp: Answer, replica: Replica, t0: float, retried: int, send: Any
+        self, resp: UpstreamAnswer, replica: Replica, t0: float, retried: int, send: Any
     ) -> None:
         """The replica's answer to the client: whole when it is small and says its length
         (one write), else passed through as it comes (streams of frames or tokens)."""

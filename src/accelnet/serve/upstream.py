@@ -11,9 +11,9 @@ send on a connection the replica is closing). :meth:`Pool.send` raises
 :class:`NotConnectedError` when no connection could be made (nothing was sent: safe to try
 elsewhere) and :class:`BrokenError` when the connection failed once the request was on its way
 (retry only what may be sent twice). The answer's body comes whole
-(:meth:`Answer.read`) or chunk by chunk as it arrives (:meth:`Answer.chunks`); reading
-stops while more than ``_HIGH`` bytes wait (the replica is held back, not the router's
-memory filled).
+(:meth:`UpstreamAnswer.read`) or chunk by chunk as it arrives
+(:meth:`UpstreamAnswer.chunks`); reading stops while more than ``_HIGH`` bytes wait (the
+replica is held back, not the router's memory filled).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
-class Answer:
+class UpstreamAnswer:
     """A replica's answer: status and headers now, the body as it comes."""
 
     def __init__(self, pool: Pool, conn: _Conn, head_only: bool) -> None:
@@ -225,7 +225,7 @@ class Pool:
         headers: list[tuple[bytes, bytes]],
         body: bytes,
         timeout_s: float,
-    ) -> Answer:
+    ) -> UpstreamAnswer:
         """Send one request; its answer once the status and headers are in."""
         conn = await self._conn()
         head = [method.encode("ascii"), b" ", target, b" HTTP/1.1\r\nhost: ", self._host_header,
@@ -250,7 +250,7 @@ class Pool:
         except asyncio.CancelledError:
             conn.close()
             raise
-        return Answer(self, conn, head_only=method == "HEAD")
+        return UpstreamAnswer(self, conn, head_only=method == "HEAD")
 
     def release(self, conn: _Conn, reuse: bool) -> None:
         """Back to the idle list when it may carry another request, else closed."""

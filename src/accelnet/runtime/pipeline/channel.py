@@ -82,7 +82,7 @@ def _check(folder: Path, deadline: float | None, what: str) -> None:
 
 
 @dataclass(slots=True)
-class Slot:
+class FrameSlot:
     """One frame in a ring: its sequence number, array, timestamps and metadata (views
     into shared memory, valid until the slot is published or released)."""
 
@@ -254,7 +254,7 @@ class RingSender:
             _check(self.folder, deadline, f"{what}: waiting for the reader")
             _pause(0.002)
 
-    def acquire(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> Slot:
+    def acquire(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> FrameSlot:
         """The next free slot (waits for one: backpressure), for an array of ``shape`` and
         ``dtype``, which must be those of the first frame. Fill ``slot.array`` and
         ``slot.stamps``, then :meth:`publish` it."""
@@ -271,7 +271,7 @@ class RingSender:
                 f"{ring.payload.shape[1:]}, got {np.dtype(dtype)} {tuple(shape)}"
             )
         self._drain(ring.slots - 1)
-        return Slot(self._seq, ring.payload[i], ring.stamps[i])
+        return FrameSlot(self._seq, ring.payload[i], ring.stamps[i])
 
     def _drain(self, outstanding: int) -> None:
         """Wait until at most ``outstanding`` frames are unreleased."""
@@ -283,7 +283,7 @@ class RingSender:
                 raise ChannelError(f"channel {self.name}: unexpected message {kind} {value}")
             self._freed += 1
 
-    def publish(self, slot: Slot, meta: Any = None) -> None:
+    def publish(self, slot: FrameSlot, meta: Any = None) -> None:
         """Hand ``slot`` (from :meth:`acquire`) with ``meta`` (pickled into the slot) to the
         reader. ValueError if the pickled metadata exceeds ``meta_bytes``."""
         ring, link = self._ring, self._link
@@ -371,7 +371,7 @@ class RingReceiver:
             with contextlib.suppress(OSError):
                 os.unlink(self._sock_path)
 
-    def get(self) -> Slot | None:
+    def get(self) -> FrameSlot | None:
         """The next frame (waits for it), or None once the stream has ended (``final``
         then holds what the writer handed over). The slot's ``array`` is a read-only view
         into shared memory, valid until :meth:`release`."""
@@ -399,9 +399,9 @@ class RingReceiver:
         array = ring.payload[i]
         array.flags.writeable = False
         self._next += 1
-        return Slot(value, array, ring.stamps[i], meta)
+        return FrameSlot(value, array, ring.stamps[i], meta)
 
-    def release(self, slot: Slot) -> None:
+    def release(self, slot: FrameSlot) -> None:
         """Give ``slot`` back to the writer (its views must not be used after)."""
         assert self._link is not None
         self._link.send(_FREE, slot.seq)
