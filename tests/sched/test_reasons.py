@@ -9,7 +9,7 @@ import pickle
 from accelnet.fabric import Fabric
 from accelnet.sched import JobState, Scheduler, Snapshot, Tenant
 from accelnet.sched.policies.hetero_fair import HeteroFair
-from accelnet.sched.reasons import OutcomeCode, Reason, WaitCode, code_of
+from accelnet.sched.reasons import OutcomeCode, Reason, WaitCode, code_of, make_reason
 from accelnet.sched.rounds import RoundScheduler
 
 from .conftest import job, on
@@ -92,7 +92,7 @@ def test_round_policies_say_not_planned() -> None:
 
 
 def test_a_reason_keeps_its_code_and_facts_through_notes_and_pickling() -> None:
-    r = Reason("needs 2 x T4; 0 of 4 free", WaitCode.NO_CAPACITY, {"over_quota": "x"})
+    r = make_reason("needs 2 x T4; 0 of 4 free", WaitCode.NO_CAPACITY, {"over_quota": "x"})
     noted = r.noted("it waits for one host (topology.wait_s)", level_wait="host")
     assert noted.code is WaitCode.NO_CAPACITY
     assert noted.facts == {"over_quota": "x", "level_wait": "host"}

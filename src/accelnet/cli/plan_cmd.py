@@ -21,7 +21,7 @@ from accelnet.cli.job_cmd import load_or_exit_jobs
 from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.fabric import UnknownNameError
 from accelnet.sched import JobState, JobView, Scheduler, Snapshot
-from accelnet.sched.reasons import Reason, WaitCode
+from accelnet.sched.reasons import WaitCode, make_reason
 
 
 def plan(
@@ -53,8 +53,10 @@ def plan(
         for i, s in enumerate(specs)
     )
     decision = scheduler.decide(Snapshot.all_ready(fab, views))
-    held = {s.name: Reason("waits for its inputs: " + ", ".join(sorted(set(s.inputs.values()))),
-                           WaitCode.AWAITING_INPUTS) for s in specs if s.inputs}  # fmt: skip
+    held = {s.name: make_reason("waits for its inputs: "
+                                + ", ".join(sorted(set(s.inputs.values()))),
+                                WaitCode.AWAITING_INPUTS)
+            for s in specs if s.inputs}  # fmt: skip
     decision = replace(decision, waiting={**decision.waiting, **held})
     if as_json:
         data = {"fabric": fab.name, "jobs": names, **decision.to_json()}

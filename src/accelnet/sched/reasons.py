@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 _NO_FACTS: Mapping[str, Any] = MappingProxyType({})
 
@@ -68,49 +68,73 @@ class OutcomeCode(StrEnum):
 
 
 class Reason(str):
-    """A waiting reason: the display text, with its :class:`WaitCode` and facts."""
+    """A waiting reason: the display text, with its :class:`WaitCode` and facts; made by
+    :func:`make_reason` (or :func:`never_fits`, :func:`no_capacity`).
 
-    code: WaitCode
-    facts: Mapping[str, Any]
+    Each code has subclasses of its own with ``code`` as a class attribute, one without an
+    instance dict for reasons without facts: such a reason costs no more to make than its
+    text (one is made for every job that does not fit, on the per-decision path)."""
 
-    def __new__(cls, text: str, code: WaitCode, facts: Mapping[str, Any] | None = None) -> Reason:
-        self = super().__new__(cls, text)
-        self.code = code
-        self.facts = _NO_FACTS if not facts else MappingProxyType(dict(facts))
-        return self
+    __slots__ = ()
+    code: ClassVar[WaitCode]
+    facts: Mapping[str, Any] = _NO_FACTS
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Reason, (str(self), self.code, dict(self.facts)))
+        return (make_reason, (str(self), self.code, dict(self.facts)))
 
     def noted(self, note: str, **facts: Any) -> Reason:
         """This reason with ``note`` added to its text (and ``facts`` to its facts); the
         code stays."""
-        return Reason(f"{self}; {note}", self.code, {**self.facts, **facts})
+        return make_reason(f"{self}; {note}", self.code, {**self.facts, **facts})
 
     def recoded(self, code: WaitCode, note: str, **facts: Any) -> Reason:
         """This reason with ``note`` added, now for ``code`` (e.g. a job that did not fit
         and now preempts others)."""
-        return Reason(f"{self}; {note}", code, {**self.facts, **facts})
+        return make_reason(f"{self}; {note}", code, {**self.facts, **facts})
 
     @property
     def unresolvable(self) -> bool:
         return self.code.unresolvable
 
 
-AWAITING_ADMISSION = Reason("waiting for admission", WaitCode.AWAITING_ADMISSION)
+def _kind(code: WaitCode, with_facts: bool) -> type[Reason]:
+    body: dict[str, Any] = {"code": code, "__module__": __name__}
+    if not with_facts:
+        body["__slots__"] = ()
+    return type(f"Reason_{code.value}", (Reason,), body)
+
+
+_PLAIN = {c: _kind(c, False) for c in WaitCode}
+_WITH_FACTS = {c: _kind(c, True) for c in WaitCode}
+_NO_CAPACITY = _PLAIN[WaitCode.NO_CAPACITY]
+
+
+def make_reason(text: str, code: WaitCode, facts: Mapping[str, Any] | None = None) -> Reason:
+    """A waiting reason: ``text`` for people, ``code`` to branch on, ``facts`` it was
+    written from."""
+    if not facts:
+        return _PLAIN[code](text)
+    made = _WITH_FACTS[code](text)
+    made.facts = MappingProxyType(dict(facts))
+    return made
+
+
+AWAITING_ADMISSION = make_reason("waiting for admission", WaitCode.AWAITING_ADMISSION)
 
 
 def never_fits(message: str) -> Reason:
     """The reason of a job no device of the fabric can ever run (``message``: why)."""
-    return Reason(f"can never run here: {message}", WaitCode.NEVER_FITS, {"detail": message})
+    return make_reason(f"can never run here: {message}", WaitCode.NEVER_FITS, {"detail": message})
 
 
 def no_capacity(explained: str, over: str = "") -> Reason:
     """The reason of a job that does not fit now (``explained``: what it needs and what
     is free); ``over``: the classes its tenant's quota took away, if any."""
     if not over:
-        return Reason(explained, WaitCode.NO_CAPACITY)
-    return Reason(f"{explained}; over quota: {over}", WaitCode.NO_CAPACITY, {"over_quota": over})
+        return _NO_CAPACITY(explained)
+    return make_reason(
+        f"{explained}; over quota: {over}", WaitCode.NO_CAPACITY, {"over_quota": over}
+    )
 
 
 def code_of(reason: str | None) -> WaitCode | None:

@@ -60,7 +60,7 @@ from accelnet.sched.colocate import (
 from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import PlacementStrategy, explain
-from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, WaitCode, never_fits
+from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, WaitCode, make_reason, never_fits
 from accelnet.sched.roundplan import make_plan
 from accelnet.sched.scheduler import Scheduler, traffic_hook
 from accelnet.sched.shortcuts import Walk
@@ -440,7 +440,7 @@ class RoundScheduler(Scheduler):
                 waiting[job.id] = never_fits(never.message)
                 continue
             if model is None:
-                waiting[job.id] = Reason(
+                waiting[job.id] = make_reason(
                     f"{self.policy.name}: not planned to run this round", WaitCode.NOT_PLANNED
                 )
                 continue
@@ -454,7 +454,7 @@ class RoundScheduler(Scheduler):
                 if mate in held:  # it runs whole, or elsewhere, or its devices have no room
                     other = views.get(mate)  # another tenant's job is not named to this one
                     who = mate if other and other.spec.tenant == job.spec.tenant else "a job"
-                    waiting[job.id] = Reason(
+                    waiting[job.id] = make_reason(
                         f"planned packed with {who}: waiting for its devices",
                         WaitCode.PLANNED,
                         {"model": model, "packed": True},
@@ -465,7 +465,7 @@ class RoundScheduler(Scheduler):
                     mine = pair_request(mine, self.request(views[mate], w.topo)[1])
             placed = self.placement.place(mine, w.index)
             if placed is None:
-                waiting[job.id] = Reason(
+                waiting[job.id] = make_reason(
                     f"planned on {model}: {explain(mine, w.index)}",
                     WaitCode.PLANNED,
                     {"model": model},

@@ -36,6 +36,7 @@ from accelnet.sched.reasons import (
     AWAITING_ADMISSION,
     Reason,
     WaitCode,
+    make_reason,
     never_fits,
     no_capacity,
 )
@@ -680,7 +681,7 @@ def uncharge(usage: dict[str, dict[str, int]], tenant: str, p: Placement) -> Non
 
 def _over(note: str | None, tenant: str) -> Reason:
     assert note is not None  # every class is over: the first one's note was kept
-    return Reason(note, WaitCode.OVER_QUOTA, {"tenant": tenant})
+    return make_reason(note, WaitCode.OVER_QUOTA, {"tenant": tenant})
 
 
 def _within_quota(
@@ -693,7 +694,7 @@ def _within_quota(
     tenant = tenants.get(job.spec.tenant)
     if tenant is None:
         text = f"tenant {job.spec.tenant} is not known here (tenants are case-sensitive)"
-        return req, Reason(text, WaitCode.UNKNOWN_TENANT, {"tenant": job.spec.tenant}), ""
+        return req, make_reason(text, WaitCode.UNKNOWN_TENANT, {"tenant": job.spec.tenant}), ""
     if not tenant.quota:
         return req, None, ""
     mine = usage_units.get(job.spec.tenant, {})

@@ -57,7 +57,7 @@ from accelnet.runtime.control.runs import (
 )
 from accelnet.runtime.control.store import JobExistsError, JobRecord, Store, StoreError
 from accelnet.sched import JobSpec, JobState, Placement, Scheduler, Tenant
-from accelnet.sched.reasons import OutcomeCode, Reason, WaitCode
+from accelnet.sched.reasons import OutcomeCode, Reason, WaitCode, make_reason
 from accelnet.sched.request import rejection
 from accelnet.sched.session import Session
 from accelnet.sched.shortcuts import Reasons
@@ -299,17 +299,17 @@ class Controller:
         """Why a queued job is waiting (None if it is not queued)."""
         inputs = self._gate.reason(job_id, self._state_of)
         if inputs is not None:
-            return Reason(inputs, WaitCode.AWAITING_INPUTS)
+            return make_reason(inputs, WaitCode.AWAITING_INPUTS)
         at = self._backoff.get(job_id)
         if at is not None:
             rec = self._live[job_id]
-            return Reason(f"retry backoff after failure {rec.failures} of its "
+            return make_reason(f"retry backoff after failure {rec.failures} of its "
                           f"{rec.spec.max_retries} retries: may start at {at:.3f} (in "
                           f"{max(0.0, at - self.clock.now()):.3g} s)", WaitCode.RETRY_BACKOFF,
                           {"at": at, "failures": rec.failures})  # fmt: skip
         power = None if self.power is None else self.power.reason(job_id)
         if power is not None:  # delayed by the power budget
-            return Reason(power, WaitCode.POWER_BUDGET)
+            return make_reason(power, WaitCode.POWER_BUDGET)
         found = self._reasons.get(job_id)
         return found if found is not None else self.session.reason(job_id)
 
