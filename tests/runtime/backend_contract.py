@@ -301,6 +301,7 @@ class BackendContract:
         assert ev["three"].error is not None
         assert "exited with code 3" in ev["three"].error
         assert "oops" in ev["three"].error  # the end of stderr, for the reader
+        assert not ev["three"].timed_out
         assert (ev["killed"].kind, ev["killed"].exit_code) == (TaskEventKind.FAILED, -9)
         assert "SIGKILL" in (ev["killed"].error or "")
 
@@ -371,6 +372,7 @@ class BackendContract:
         for tid in ("cmd", "py"):
             assert ev[tid].kind is TaskEventKind.FAILED
             assert ev[tid].error == "timed out after 0.3 s"
+            assert ev[tid].timed_out  # the controller's outcome code: timed_out
         # the payload's worker was killed; the device's next task gets a fresh one
         again = run(b, task("py2", d1, logs, None, nap, 0))["py2"]
         assert again.kind is TaskEventKind.SUCCEEDED

@@ -57,15 +57,6 @@ class OutcomeCode(StrEnum):
     INPUT_FAILED = "input_failed"  # a job whose outputs it consumes failed or was cancelled
     CONTROLLER_RESTART = "controller_restart"  # the controller died while it ran
 
-    @property
-    def retryable(self) -> bool:
-        """Whether an attempt ending so is requeued while the job has retries left."""
-        return self not in (
-            OutcomeCode.SUCCEEDED,
-            OutcomeCode.CANCELLED,
-            OutcomeCode.INPUT_FAILED,
-        )
-
 
 class Reason(str):
     """A waiting reason: the display text, with its :class:`WaitCode` and facts; made by

@@ -189,7 +189,7 @@ class Decision:
                 {"job": p.job, "for_job": p.for_job, "reason": p.reason} for p in self.preemptions
             ],
             "waiting": dict(self.waiting),
-            "waiting_codes": {j: r.code.value for j, r in self.waiting.items()},
+            "waiting_codes": {j: getattr(r, "code", None) for j, r in self.waiting.items()},
             "time_shares": None
             if self.time_shares is None
             else {j: dict(s) for j, s in self.time_shares.items()},

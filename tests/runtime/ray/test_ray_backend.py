@@ -26,7 +26,7 @@ import pytest
 from accelnet.devices import DeviceState
 from accelnet.fabric import SwitchKind, build_fabric, parse_spec
 from accelnet.fabric.model import Level
-from accelnet.runtime.backend import TaskEventKind
+from accelnet.runtime.backend import TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.taskenv import rendezvous_env
 from accelnet.runtime.ray.backend import RayBackend
@@ -38,6 +38,8 @@ from accelnet.sched import JobState
 from tests.runtime.backend_contract import (
     T0,
     BackendContract,
+    EventContract,
+    EventHarness,
     Harness,
     gone,
     pickled_by_value,
@@ -45,7 +47,10 @@ from tests.runtime.backend_contract import (
     started,
     task,
     tree,
+    until,
 )
+
+Gang = tuple[str, ...]
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 pytestmark = pytest.mark.ray
@@ -97,6 +102,31 @@ class TestRayBackendContract(BackendContract):
     def harness(self, backend: RayBackend, tmp_path: Path) -> Iterator[Harness]:
         settle(backend)
         yield Harness(backend, ("n0/gpu0", "n1/gpu0", "n1/gpu1", "n2/gpu0"), tmp_path / "logs")
+        settle(backend)
+
+
+class TestRayBackendEvents(EventContract):
+    """The event protocol every backend keeps, the simulator's included."""
+
+    @pytest.fixture
+    def protocol(self, backend: RayBackend, tmp_path: Path) -> Iterator[EventHarness]:
+        settle(backend)
+        logs = tmp_path / "logs"
+
+        def maker(command: str) -> Callable[..., TaskSpec]:
+            def make(tid: str, device: str, job: str, gang: Gang, share: float) -> TaskSpec:
+                rank = gang.index(device)
+                spec = task(tid, device, logs, command, devices=gang, rank=rank, job=job)
+                return dataclasses.replace(spec, share=share)
+
+            return make
+
+        def quiet() -> list[TaskEvent]:
+            return backend.poll(0.2)
+
+        devices = ("n0/gpu0", "n1/gpu0", "n1/gpu1", "n2/gpu0")
+        yield EventHarness(backend, devices, maker("true"), maker("sleep 100"),
+                           lambda done: until(backend, done), quiet)  # fmt: skip
         settle(backend)
 
 

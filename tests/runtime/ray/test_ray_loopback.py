@@ -1,5 +1,5 @@
 """The local Ray cluster is on loopback only: every Ray process of the cluster that
-``accelnet demo --backend ray`` starts (``--ray-address local-cluster``: ray_local's
+``accelnet demo --backend ray`` starts (``--ray-address local-cluster``: local_cluster's
 ``start_cluster``) listens on 127.0.0.1 (or ::1) and never on the machine's network
 address, its address is ``127.0.0.1:port``, and a driver joins it there (accelnet's
 own ``RayOptions.connect``: discovery tasks and an agent actor on every node, so the

@@ -134,7 +134,7 @@ class Controller:
         self._gate = InputGate()  # jobs held until their input jobs succeed
         self._backoff: dict[str, float] = {}  # requeued failed jobs -> when they may start
         self.care: Care | None = None  # device health and remediation, if attached
-        self.power: PowerHook | None = None  # energy per job, a power budget (power_care)
+        self.power: PowerHook | None = None  # energy per job, a power budget (care/power.py)
         # gangs of NVIDIA GPUs ranked by ring, NCCL's variables: where tasks really run
         # (attached by LocalCluster; the simulator's controller has none)
         self.nccl: NcclTuning | None = None

@@ -1,8 +1,9 @@
 """The controller's runs: one attempt of a job, the specs of its tasks, its accounting.
 
-Internal to :class:`~accelnet.runtime.control.controller.Controller`: it keeps an :class:`Attempt`
-per job holding devices, launches the tasks :func:`_task_spec` describes and, when every
-rank has ended, records what :func:`account_for` adds up.
+Internal to :class:`~accelnet.runtime.control.controller.Controller`: it keeps an
+:class:`Attempt` per job holding devices, launches the tasks :func:`rank_specs` and
+:func:`setup_specs` describe and, when every rank has ended, records what
+:func:`account_for` adds up.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ jobs and its name as a column of its own, indexed, 3 -> 4 its energy and the dev
 telemetry history, 4 -> 5 the idempotency keys of submissions: table ``idempotency``, one
 row per tenant and key with the ids of the jobs that request made, written in the same
 transaction as those jobs), 5 -> 6 the time a job that failed may start again
-(``retry_at``: its retry backoff, kept across a restart); a file of a newer version
-raises with a message naming both versions. :meth:`SqliteStore.atomic` is one
+(``retry_at``: its retry backoff, kept across a restart), 6 -> 7 how a job's latest
+attempt ended (``outcome``, an :class:`~accelnet.sched.reasons.OutcomeCode`); a file of a
+newer version raises with a message naming both versions. :meth:`SqliteStore.atomic` is one
 ``BEGIN IMMEDIATE`` ... ``COMMIT`` around several writes.
 
 Pages (:meth:`SqliteStore.jobs_page`, :meth:`SqliteStore.events_page`, what the REST API

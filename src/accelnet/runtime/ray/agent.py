@@ -247,8 +247,9 @@ class NodeAgent:
 
     def events(self, timeout: float) -> dict[str, Any]:
         """What happened since the last call, waiting up to ``timeout`` s for a task
-        event: ``events`` (task id, kind, exit code, error, result, shipped logs, and for
-        an end the device's refresh that followed: (ok, detail)), worker ``losses``
+        event: ``events`` (task id, kind, exit code, error, result, shipped logs, whether
+        it timed out, and for an end the device's refresh that followed: (ok, detail) or
+        None), worker ``losses``
         (device, age s, pid, how, the task it ran or None), heartbeat ``beats`` (device ->
         (age s, pid)), worker ``pids``, and ``seq``, which numbers the answers in the order
         their events happened (calls may overlap)."""
@@ -359,7 +360,8 @@ class NodeAgent:
     def _tell(self, task_id: str, kind: TaskEventKind, error: str) -> None:
         """An outcome the agent decided itself (the backend never had the task)."""
         with self._ready:
-            self._events.append((task_id, kind.value, None, error, None, None, None))
+            # the same shape as every event's (_outgoing), with no refresh after it
+            self._events.append((*self._outgoing(TaskEvent(task_id, kind, 0.0, error=error)), None))
             self._ready.notify_all()
 
     def _fail_calls(self) -> None:
