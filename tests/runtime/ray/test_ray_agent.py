@@ -1,16 +1,19 @@
 """The Ray agent's file moves, without Ray: a folder packed on one node and unpacked on
-another, and checkpoint parts from several nodes merged with the newest copy winning."""
+another, and checkpoint parts from several nodes merged with the newest copy winning; the
+events the agent tells the driver keep one shape."""
 
 from __future__ import annotations
 
 import io
 import os
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 
-from accelnet.runtime.ray.agent import pack_folder, unpack_into, unpack_newer
+from accelnet.runtime.backend import TaskEvent, TaskEventKind
+from accelnet.runtime.ray.agent import NodeAgent, pack_folder, unpack_into, unpack_newer
 
 
 def _write(path: Path, text: str, mtime: float) -> None:
@@ -51,3 +54,20 @@ def test_a_hostile_pack_cannot_write_outside_the_folder(unpack: object, tmp_path
     with pytest.raises(tarfile.OutsideDestinationError):
         unpack(buf.getvalue(), tmp_path / "in")  # type: ignore[operator]
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_the_agents_own_outcomes_have_the_shape_of_every_event(tmp_path: Path) -> None:
+    # a cancel that overtook its launch, a launch that raised: the agent says so itself,
+    # in the tuple the driver unpacks (RayBackend._on_batch) like any task's end
+    agent = object.__new__(NodeAgent)  # its parts for events only: no Ray, no workers
+    agent._ready = threading.Condition()
+    agent._events, agent._shipped, agent._logs = [], set(), tmp_path
+    agent._tell("t1", TaskEventKind.CANCELLED, "cancelled")
+    ended = TaskEvent("t2", TaskEventKind.FAILED, 0.0, exit_code=3, error="x", timed_out=True)
+    agent._events.append((*agent._outgoing(ended), (True, "refreshed")))
+    told, normal = agent._events
+    assert len(told) == len(normal)
+    task_id, kind, _code, error, _result, _logs, timed_out, fresh = told
+    assert (task_id, kind, error) == ("t1", "cancelled", "cancelled")
+    assert (timed_out, fresh) == (False, None)
+    assert normal[6] is True  # a timeout travels to the driver
