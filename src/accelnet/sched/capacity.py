@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from sortedcontainers import SortedList
 
@@ -338,9 +338,20 @@ class CapacityIndex:
         """Take what placement ``p`` holds: its devices' share (only the schedulable ones
         with ``schedulable_only``: the undo of :meth:`release`) and its hosts' CPU cores and
         memory; ValueError if some of it is not free."""
+        want, free, log = units(p.share), self.free, self._log
+        changes: list[tuple[str, int, int]] = []
         for dev in p.devices:
             if not schedulable_only or dev in self.schedulable:
-                self.take(dev, p.share)
+                have = free.get(dev, 0)
+                if want > have:
+                    self._set_many(changes)  # what was taken stays logged (rollback)
+                    raise ValueError(
+                        f"{dev} has {have / SHARE_UNITS:g} free, cannot take {p.share:g}"
+                    )
+                log.append((dev, have))
+                changes.append((dev, have, have - want))
+        if changes:
+            self._set_many(changes)
         for host, cpu, mem in host_units(p.hosts):
             self.take_host(host, cpu, mem)
 
@@ -425,6 +436,13 @@ class CapacityIndex:
         """Set a device's free units and whether it is schedulable, outright: how a
         long-lived index follows the fabric between decisions (not logged; never inside a
         what-if question)."""
+        new = self._reset_state(dev, free_units, schedulable)
+        old = self.free.get(dev, 0)
+        if new != old:
+            self._set(dev, old, new)
+
+    def _reset_state(self, dev: str, free_units: int, schedulable: bool) -> int:
+        """Whether ``dev`` is schedulable, set; the free units it is to have."""
         assert not self._log, "reset inside a what-if question"
         if (dev in self.schedulable) != schedulable:
             cls = self.topo.class_of[dev].key
@@ -434,10 +452,19 @@ class CapacityIndex:
             else:
                 self.schedulable.down.add(dev)
                 self._unschedulable[cls] = self._unschedulable.get(cls, 0) + 1
-        new = max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
-        old = self.free.get(dev, 0)
-        if new != old:
-            self._set(dev, old, new)
+        return max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
+
+    def reset_many(self, devices: Iterable[tuple[str, int, bool]]) -> None:
+        """:meth:`reset` on each ``(device, free units, schedulable)``, the domains'
+        counts moved once for all."""
+        changes: list[tuple[str, int, int]] = []
+        for dev, free_units, schedulable in devices:
+            new = self._reset_state(dev, free_units, schedulable)
+            old = self.free.get(dev, 0)
+            if new != old:
+                changes.append((dev, old, new))
+        if changes:
+            self._set_many(changes)
 
     def frozen(self) -> CapacityIndex:
         """An independent copy for later reading (cheap when little is free)."""
@@ -503,22 +530,10 @@ class CapacityIndex:
         return cpu, mem
 
     def _set(self, dev: str, old: int, new: int) -> None:
-        topo = self.topo
-        cls = topo.class_of[dev].key
-        order = topo.order[dev]
-        if 0 < old < SHARE_UNITS:
-            items = self.partial[cls]
-            del items[bisect.bisect_left(items, (old, order, dev))]
-        if 0 < new < SHARE_UNITS:
-            bisect.insort(self.partial[cls], (new, order, dev))
-        if new > 0:
-            self.free[dev] = new
-        else:
-            self.free.pop(dev, None)
-        was_whole, is_whole = old == SHARE_UNITS, new == SHARE_UNITS
-        if was_whole == is_whole:
+        delta = self._set_free(dev, old, new)
+        if not delta:
             return
-        delta = 1 if is_whole else -1
+        cls = self.topo.class_of[dev].key
         counts = self.whole[cls]
         links = self._links.get(dev)
         if links is None:
@@ -533,6 +548,65 @@ class CapacityIndex:
                 buckets.add(after, pos)
             else:
                 del counts[node_id]
+
+    def _set_many(self, changes: list[tuple[str, int, int]]) -> None:
+        """:meth:`_set` on each ``(device, old, new)``, a domain's count moved once for
+        all its devices that changed (a gang on one host: one move of the host's count,
+        not one per device)."""
+        if len(changes) == 1:
+            self._set(*changes[0])
+            return
+        moves: dict[tuple[str, str], list[Any]] = {}  # (class, node) -> [pos, buckets, delta]
+        for dev, old, new in changes:
+            delta = self._set_free(dev, old, new)
+            if not delta:
+                continue
+            cls = self.topo.class_of[dev].key
+            links = self._links.get(dev)
+            if links is None:
+                links = self._link(dev, cls)
+            for node_id, pos, buckets in links:
+                move = moves.get((cls, node_id))
+                if move is None:
+                    moves[cls, node_id] = [pos, buckets, delta]
+                else:
+                    move[2] += delta
+        whole = self.whole
+        for (cls, node_id), (pos, buckets, delta) in moves.items():
+            if not delta:
+                continue
+            counts = whole[cls]
+            before = counts.get(node_id, 0)
+            after = before + delta
+            if before:
+                buckets.discard(before, pos)
+            if after:
+                counts[node_id] = after
+                buckets.add(after, pos)
+            else:
+                del counts[node_id]
+
+    def _set_free(self, dev: str, old: int, new: int) -> int:
+        """A device's free units from ``old`` to ``new``, in ``free`` and the partly free
+        lists; how its wholly free count moves (+1, -1 or 0: its domains' counts are the
+        caller's to move)."""
+        if 0 < old < SHARE_UNITS or 0 < new < SHARE_UNITS:
+            topo = self.topo
+            cls = topo.class_of[dev].key
+            order = topo.order[dev]
+            if 0 < old < SHARE_UNITS:
+                items = self.partial[cls]
+                del items[bisect.bisect_left(items, (old, order, dev))]
+            if 0 < new < SHARE_UNITS:
+                bisect.insort(self.partial[cls], (new, order, dev))
+        if new > 0:
+            self.free[dev] = new
+        else:
+            self.free.pop(dev, None)
+        was_whole, is_whole = old == SHARE_UNITS, new == SHARE_UNITS
+        if was_whole == is_whole:
+            return 0
+        return 1 if is_whole else -1
 
     def _link(self, dev: str, cls: str) -> tuple[tuple[str, int, Counts], ...]:
         """The domains holding ``dev``, each with its fabric order and the buckets its count

@@ -170,13 +170,15 @@ class Session:
         device that goes through several states between decisions costs one update)."""
         if self._stale:
             index, used, states = self._index, self._used, self._states
+            devices: list[tuple[str, int, bool]] = []
             for dev in self._stale:
                 if dev[0] in (HOST_CPU, HOST_MEM):
                     index.reset_host(dev[1:], *self._host_used.get(dev[1:], (0, 0)))
                     continue
                 state = states.get(dev)
                 ok = state is not None and state.schedulable()
-                index.reset(dev, SHARE_UNITS - used.get(dev, 0), ok)
+                devices.append((dev, SHARE_UNITS - used.get(dev, 0), ok))
+            index.reset_many(devices)
             self._stale.clear()
         return self._index
 
