@@ -674,6 +674,11 @@ def _charge(usage: dict[str, dict[str, int]], tenant: str, p: Placement, sign: i
         per[QUOTA_MEMORY] = per.get(QUOTA_MEMORY, 0) + sign * mem
 
 
+def charge(usage: dict[str, dict[str, int]], tenant: str, p: Placement) -> None:
+    """Add a placement's share units to ``usage`` (a job started holding devices)."""
+    _charge(usage, tenant, p)
+
+
 def uncharge(usage: dict[str, dict[str, int]], tenant: str, p: Placement) -> None:
     """Take a placement's share units off ``usage`` (a job stopped holding devices)."""
     _charge(usage, tenant, p, -1)

@@ -46,7 +46,7 @@ from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
 from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, never_fits, no_capacity
-from accelnet.sched.scheduler import Quota, Scheduler, uncharge, usage_of
+from accelnet.sched.scheduler import Quota, Scheduler, charge, uncharge
 from accelnet.sched.shortcuts import Failed, Walk, merge_shapes
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
@@ -204,10 +204,7 @@ class Session:
         tally_hosts(self._host_used, placement.hosts, sign)
         stale.update(HOST_CPU + h for h, _, _ in placement.hosts if h in self.topo.host_order)
         if sign > 0:
-            for tenant, per in usage_of([job]).items():
-                mine = self._usage.setdefault(tenant, {})
-                for model, amount in per.items():
-                    mine[model] = mine.get(model, 0) + amount
+            charge(self._usage, job.spec.tenant, placement)
         else:
             uncharge(self._usage, job.spec.tenant, placement)
 
