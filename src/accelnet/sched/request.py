@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from accelnet.fabric import DomainLevel
 from accelnet.fabric.catalog import family, find_device_model
@@ -208,26 +209,47 @@ def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 
 def make_request(job_id: str, spec: JobSpec, topo: Topology) -> Request:
     """The placement request of a job (its classes may be empty: see :func:`rejection`)."""
+    return request_and_rejection(job_id, spec, topo)[0]
+
+
+def request_and_rejection(
+    job_id: str, spec: JobSpec, topo: Topology
+) -> tuple[Request, Rejection | None]:
+    """:func:`make_request` and :func:`rejection` at once, both memoised per fabric by the
+    spec's shape (a new job of a shape seen before costs a lookup, not a derivation)."""
+    key = _shape(spec)
+    fields_key = (key, spec.workload.bytes_per_step)
+    fields = topo.requests.get(fields_key)
+    if fields is None:
+        fields = topo.requests[fields_key] = _request_fields(spec, topo)
+    if key in topo.rejections:
+        never: Rejection | None = topo.rejections[key]
+    else:
+        never = topo.rejections[key] = _rejection(spec, topo)
+    return Request(job_id, *fields), never
+
+
+def _request_fields(spec: JobSpec, topo: Topology) -> tuple[Any, ...]:
+    """A request's fields after ``job``, in :class:`Request`'s order."""
     res = spec.resources
     acc = res.accelerators
     classes = eligible_classes(spec, topo)
     counts: tuple[int, ...] = ()
     if acc.counts:
         counts = tuple(_count_on(c, acc.models, acc.counts, topo) for c in classes)
-    return Request(
-        job=job_id,
-        classes=classes,
-        count=acc.count,
-        share=acc.share,
-        required=spec.topology.required.domain if spec.topology.required else None,
-        preferred=spec.topology.preferred.domain if spec.topology.preferred else None,
-        comm_bytes=spec.workload.bytes_per_step or 0.0,
-        step_rates=tuple(_speed(c, spec)[0] for c in classes) if spec.workload.throughput else (),
-        counts=counts,
-        cpus=res.cpus or 0.0,
-        memory_gb=res.memory_gb or 0.0,
-        per_host=spec.launch is LaunchMode.PER_HOST,
-        prefer=acc.prefer,
+    return (
+        classes,
+        acc.count,
+        acc.share,
+        spec.topology.required.domain if spec.topology.required else None,
+        spec.topology.preferred.domain if spec.topology.preferred else None,
+        spec.workload.bytes_per_step or 0.0,
+        tuple(_speed(c, spec)[0] for c in classes) if spec.workload.throughput else (),
+        counts,
+        res.cpus or 0.0,
+        res.memory_gb or 0.0,
+        spec.launch is LaunchMode.PER_HOST,
+        acc.prefer,
     )
 
 

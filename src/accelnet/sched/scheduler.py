@@ -40,7 +40,11 @@ from accelnet.sched.reasons import (
     never_fits,
     no_capacity,
 )
-from accelnet.sched.request import Rejection, Request, make_request, rejection
+from accelnet.sched.request import (
+    Rejection,
+    Request,
+    request_and_rejection,
+)
 from accelnet.sched.reserve import hold_for
 from accelnet.sched.shortcuts import Failed, Listed, Reasons, Shape, Walk, merge_shapes
 from accelnet.sched.snapshot import (
@@ -164,8 +168,7 @@ class Scheduler:
         hit = self._requests.get(job.id)
         if hit is not None and hit[0] is job.spec:
             return hit
-        never = rejection(job.spec, topo)
-        req = make_request(job.id, job.spec, topo)
+        req, never = request_and_rejection(job.id, job.spec, topo)
         entry = self._requests[job.id] = (job.spec, never, req, self._number(req, never))
         return entry
 

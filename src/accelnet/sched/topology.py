@@ -124,6 +124,7 @@ class Topology:
         # per request shape (sched.request): eligible classes and never-fit verdicts
         self.eligible: dict[tuple[object, ...], tuple[DeviceClass, ...]] = {}
         self.rejections: dict[tuple[object, ...], Any] = {}
+        self.requests: dict[tuple[object, ...], tuple[Any, ...]] = {}  # a request's fields
         # per device class: each node's devices of it (sched.reserve)
         self.class_devices: dict[str, dict[str, list[str]]] = {}
         self.hold_nodes: dict[tuple[object, ...], list[str]] = {}  # sched.reserve candidates
