@@ -21,3 +21,26 @@ def test_a_model_name_never_widens_to_a_custom_model_by_prefix() -> None:
     assert set(models("H100:1")) == {"H100-SXM", "H100-PCIe", "H100-NVL"}
     for members in FAMILIES.values():  # the table names catalog models only
         assert all(find_device_model(m) is not None for m in members)
+
+
+def test_memoised_requests_keep_what_differs_between_jobs_of_one_shape() -> None:
+    from accelnet.fabric import load_fabric
+    from accelnet.sched import JobSpec
+    from accelnet.sched.request import make_request, request_and_rejection
+    from accelnet.sched.topology import Topology
+
+    topo = Topology(load_fabric("mixed-lab"))
+
+    def spec(**workload: object) -> JobSpec:
+        return JobSpec.model_validate({"name": "j", "run": "x", "workload": workload,
+                                       "resources": {"accelerators": "H100:2"}})  # fmt: skip
+
+    a, never = request_and_rejection("a", spec(), topo)
+    b = make_request("b", spec(), topo)  # the same shape: from the memo
+    c = make_request("c", spec(bytes_per_step=1e9), topo)  # another traffic: not the memo's
+    assert never is None and (a.job, b.job, c.job) == ("a", "b", "c")
+    assert a.classes == b.classes and a.count == b.count == 2
+    assert (a.comm_bytes, c.comm_bytes) == (0.0, 1e9)
+    too_big = JobSpec.model_validate({"name": "k", "run": "x",
+                                      "resources": {"accelerators": "H100:64"}})  # fmt: skip
+    assert request_and_rejection("k", too_big, topo)[1] is not None
