@@ -339,19 +339,23 @@ class CapacityIndex:
         with ``schedulable_only``: the undo of :meth:`release`) and its hosts' CPU cores and
         memory; ValueError if some of it is not free."""
         want, free, log = units(p.share), self.free, self._log
-        changes: list[tuple[str, int, int]] = []
+        changes: dict[str, list[int]] = {}  # device -> [free before the batch, after]
         for dev in p.devices:
             if not schedulable_only or dev in self.schedulable:
-                have = free.get(dev, 0)
+                change = changes.get(dev)  # a device named twice takes twice, as take() would
+                have = free.get(dev, 0) if change is None else change[1]
                 if want > have:
-                    self._set_many(changes)  # what was taken stays logged (rollback)
+                    self._set_many([(d, old, new) for d, (old, new) in changes.items()])  # logged
                     raise ValueError(
                         f"{dev} has {have / SHARE_UNITS:g} free, cannot take {p.share:g}"
                     )
                 log.append((dev, have))
-                changes.append((dev, have, have - want))
+                if change is None:
+                    changes[dev] = [have, have - want]
+                else:
+                    change[1] = have - want
         if changes:
-            self._set_many(changes)
+            self._set_many([(d, old, new) for d, (old, new) in changes.items()])
         for host, cpu, mem in host_units(p.hosts):
             self.take_host(host, cpu, mem)
 
@@ -457,14 +461,14 @@ class CapacityIndex:
     def reset_many(self, devices: Iterable[tuple[str, int, bool]]) -> None:
         """:meth:`reset` on each ``(device, free units, schedulable)``, the domains'
         counts moved once for all."""
-        changes: list[tuple[str, int, int]] = []
+        changes: dict[str, tuple[int, int]] = {}  # device -> (free before, after): the last
         for dev, free_units, schedulable in devices:
             new = self._reset_state(dev, free_units, schedulable)
-            old = self.free.get(dev, 0)
-            if new != old:
-                changes.append((dev, old, new))
-        if changes:
-            self._set_many(changes)
+            old = changes[dev][0] if dev in changes else self.free.get(dev, 0)
+            changes[dev] = (old, new)
+        moved = [(d, old, new) for d, (old, new) in changes.items() if old != new]
+        if moved:
+            self._set_many(moved)
 
     def frozen(self) -> CapacityIndex:
         """An independent copy for later reading (cheap when little is free)."""
