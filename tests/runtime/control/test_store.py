@@ -421,6 +421,25 @@ def test_a_version_6_store_is_migrated_and_keeps_outcome_codes(tmp_path: Path) -
     assert version.fetchone() == (str(SCHEMA_VERSION),)
 
 
+def test_two_processes_opening_an_old_file_at_once_migrate_it_once(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "v6-twice.db"
+    SqliteStore(db).close()
+    con = sqlite3.connect(db)
+    con.executescript(
+        "ALTER TABLE jobs DROP COLUMN outcome; UPDATE meta SET value='6' WHERE key='version';"
+    )
+    con.close()
+    first = SqliteStore(db)  # migrates 6 -> 7
+    # the second read version 6 before the first migrated: its migration finds the file
+    # migrated when it gets the write lock, and does nothing ("duplicate column" before)
+    first._migrate(6)
+    first.close()
+    version = sqlite3.connect(db).execute("SELECT value FROM meta WHERE key='version'")
+    assert version.fetchone() == (str(SCHEMA_VERSION),)
+
+
 def test_host_room_and_cpu_only_placements_are_kept(tmp_path: Path) -> None:
     cpu = JobSpec.model_validate({"name": "c", "run": "true", "resources": {"cpus": 2.5}})
     held = Placement(("h/gpu0", "h/gpu1"), 1.0, "L4", DomainLevel.HOST, (("h", 8.0, 16.5),))

@@ -220,17 +220,26 @@ class SqliteStore(Store):
             self._db.execute(_EVENT_TENANTS)
 
     def _migrate(self, version: int) -> None:
-        if version > SCHEMA_VERSION or version not in _MIGRATIONS:
-            raise StoreError(
-                f"{self.path}: store schema version {version}, this accelnet reads "
-                f"version {SCHEMA_VERSION}"
-            )
+        """Bring a file of schema ``version`` (as read before) to this one's. The version is
+        read again inside the write transaction: another process opening the same old file
+        at the same time may have migrated it meanwhile (then there is nothing to do)."""
+        self._check_version(version)
         with self._tx():
+            row = self._db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+            version = int(row[0])
+            self._check_version(version)
             while version < SCHEMA_VERSION:
                 for statement in _MIGRATIONS[version]:
                     self._db.execute(statement)
                 version += 1
             self._db.execute("UPDATE meta SET value=? WHERE key='version'", (str(version),))
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION or (version != SCHEMA_VERSION and version not in _MIGRATIONS):
+            raise StoreError(
+                f"{self.path}: store schema version {version}, this accelnet reads "
+                f"version {SCHEMA_VERSION}"
+            )
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._lock)
