@@ -7,6 +7,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from accelnet.api.db import ApiDb
 from accelnet.api.port import LocalClusterPort
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched.policies import make_scheduler
 from tests.api.conftest import TOKENS, issue_tokens
 
 with warnings.catch_warnings():  # starlette would rather have httpx2 behind its TestClient
@@ -206,3 +208,28 @@ def test_metrics_need_the_scrape_token_when_one_is_set(api: Api) -> None:
         assert "accelnet_jobs" in ok.text
     with TestClient(build_app(api.ctx), raise_server_exceptions=False) as c:
         assert c.get("/metrics").status_code == 200  # no token set: open (loopback)
+
+
+def test_a_policy_change_keeps_the_servers_reservation_wait(tmp_path: Path) -> None:
+    db = ApiDb(tmp_path / "state.db")
+    tokens = issue_tokens(db, TOKENS[:1])  # admin
+    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work",
+                           scheduler=make_scheduler("fifo", reserve_after_s=600.0))  # fmt: skip
+    cluster.start()
+    port = LocalClusterPort(cluster)
+    ctx = build_context(port, db, SystemClock(), ApiSettings(poll_s=0.05))
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    try:
+        with TestClient(create_app(ctx), raise_server_exceptions=False) as c:
+            assert c.get(f"{V1}/policy", headers=admin).json()["reserve_after_s"] == 600.0
+            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "priority"})
+            assert r.status_code == 200 and r.json()["reserve_after_s"] == 600.0
+            assert port.scheduler().reserve_after_s == 600.0  # it used to be dropped
+            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "las", "round_s": 5})
+            assert r.json()["reserve_after_s"] is None  # a round policy plans afresh
+            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "fifo"})
+            assert r.json()["reserve_after_s"] == 600.0  # and back: the server's again
+    finally:
+        port.close()
+        cluster.close()
+        db.close()

@@ -31,7 +31,7 @@ from accelnet.fabric.catalog import find_device_model
 from accelnet.runtime.clock import Clock
 from accelnet.sched import JobState
 from accelnet.sched.placement import PLACEMENTS
-from accelnet.sched.policies import POLICY_NAMES, make_scheduler
+from accelnet.sched.policies import POLICY_NAMES, QUEUE_POLICIES, make_scheduler
 from accelnet.sched.rounds import RoundScheduler
 
 _HOLDING = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
@@ -40,18 +40,20 @@ DEFAULT_ROUND_S = 360.0
 
 @dataclass(frozen=True, slots=True)
 class PolicyState:
-    """The policy in force: its name, placement and round length."""
+    """The policy in force: its name, placement, round length and reservation wait."""
 
     policy: str
     placement: str
     round_s: float | None
+    reserve_after_s: float | None = None
 
 
 def policy_of(name: str, port: ClusterPort) -> PolicyState:
     """The state of the scheduler ``port`` runs, which was made as policy ``name``."""
     s = port.scheduler()
     round_s = s.round_s if isinstance(s, RoundScheduler) else None
-    return PolicyState(name, getattr(s.placement, "name", "?"), round_s)
+    reserve = None if isinstance(s, RoundScheduler) else s.reserve_after_s
+    return PolicyState(name, getattr(s.placement, "name", "?"), round_s, reserve)
 
 
 class ControlService:
@@ -72,6 +74,7 @@ class ControlService:
         self.audit_log = audit
         self.clock = clock
         self._policy = policy_of(policy, port)
+        self._reserve_after_s = self._policy.reserve_after_s  # the server's (--reserve-after)
         self._policy_lock = threading.Lock()  # one change at a time
 
     # ----- tenants --------------------------------------------------------------------
@@ -128,7 +131,8 @@ class ControlService:
         """The policy in force."""
         p = self._policy
         return PolicyOut(policy=p.policy, placement=p.placement, round_s=p.round_s,
-                         policies=list(POLICY_NAMES), placements=list(PLACEMENTS))  # fmt: skip
+                         reserve_after_s=p.reserve_after_s, policies=list(POLICY_NAMES),
+                         placements=list(PLACEMENTS))  # fmt: skip
 
     def set_policy(self, body: PolicyIn) -> PolicyOut:
         """Decide with another policy from now on (422 naming the field for unknown names)."""
@@ -143,7 +147,10 @@ class ControlService:
             )
         with self._policy_lock:
             round_s = body.round_s or self._policy.round_s or DEFAULT_ROUND_S
-            scheduler = make_scheduler(body.policy, round_s=round_s, placement=body.placement)
+            # the server's reservation wait (--reserve-after) carries over to a queue policy
+            reserve = self._reserve_after_s if body.policy in QUEUE_POLICIES else None
+            scheduler = make_scheduler(body.policy, round_s=round_s, placement=body.placement,
+                                       reserve_after_s=reserve)  # fmt: skip
             self.port.set_scheduler(scheduler)
             self._policy = policy_of(body.policy, self.port)
             return self.policy()

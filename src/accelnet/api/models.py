@@ -218,6 +218,11 @@ class PolicyOut(BaseModel):
     policy: str
     placement: str
     round_s: float | None = Field(description="round length of round-based policies")
+    reserve_after_s: float | None = Field(
+        None,
+        description="a gang that waited this long has a domain held for it (queue policies; "
+        "set with `accelnet serve --reserve-after`, kept across policy changes)",
+    )
     policies: list[str] = Field(description="the policies one may set")
     placements: list[str] = Field(description="the placement strategies one may set")
 
