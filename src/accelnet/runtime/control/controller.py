@@ -46,6 +46,7 @@ from accelnet.runtime.clock import Clock
 from accelnet.runtime.control.devices import DeviceBook
 from accelnet.runtime.control.fate import fate, requeue
 from accelnet.runtime.control.inputs import InputGate, resolve, verdict
+from accelnet.runtime.control.retry_waits import RetryWaits
 from accelnet.runtime.control.runs import (
     Attempt,
     account_for,
@@ -132,7 +133,7 @@ class Controller:
             self.session.progress = backend.progress
         self._holders = self._book.holders  # device -> jobs holding it
         self._gate = InputGate()  # jobs held until their input jobs succeed
-        self._backoff: dict[str, float] = {}  # requeued failed jobs -> when they may start
+        self._backoff = RetryWaits()  # requeued failed jobs -> when they may start
         self.care: Care | None = None  # device health and remediation, if attached
         self.power: PowerHook | None = None  # energy per job, a power budget (care/power.py)
         # gangs of NVIDIA GPUs ranked by ring, NCCL's variables: where tasks really run
@@ -354,10 +355,10 @@ class Controller:
             and rec.state is JobState.ADMITTED
             and rec.retry_at > self.clock.now()
         ):
-            self._backoff[rec.id] = rec.retry_at
+            self._backoff.set(rec.id, rec.retry_at)
             self.session.drop(rec.id)
             return rec
-        self._backoff.pop(rec.id, None)
+        self._backoff.pop(rec.id)
         self.session.put(rec.view())
         return rec
 
@@ -368,7 +369,7 @@ class Controller:
         rec = self.store.transition(jid, to, at, cause, **changes)
         if to.is_finished():
             self._live.pop(jid, None)
-            self._backoff.pop(jid, None)
+            self._backoff.pop(jid)
             self.session.drop(jid)
             self._gate.forget(jid)
             for waiter in self._gate.waiters(jid):
@@ -421,8 +422,8 @@ class Controller:
             decision.starts, decision.preemptions, decision.nominations
         )  # fmt: skip
         self.again_at = decision.again_at
-        if self._backoff:  # wake up when the first retry backoff runs out
-            first = min(self._backoff.values())
+        first = self._backoff.first()  # wake up when the first retry backoff runs out
+        if first is not None:
             self.again_at = first if self.again_at is None else min(self.again_at, first)
         del decision, waiting
         by_id = self._live
@@ -566,8 +567,7 @@ class Controller:
 
     def _release_backoffs(self, now: float) -> None:
         """Jobs whose retry backoff has run out: the scheduler sees them again."""
-        for jid in [j for j, at in self._backoff.items() if at <= now]:
-            del self._backoff[jid]
+        for jid in self._backoff.due(now):
             self.session.put(self._live[jid].view())
             self._dirty = True
 
