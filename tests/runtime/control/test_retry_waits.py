@@ -42,3 +42,13 @@ def test_waits_end_in_time_order_among_many() -> None:
         waits.set(f"j{i}", 1_000.0 + i)
     assert waits.due(999.0) == [] and len(waits) == 10_000
     assert waits.due(1_001.5) == ["j0", "j1"] and waits.first() == 1_002.0
+
+
+def test_jobs_given_up_before_their_time_do_not_pile_up() -> None:
+    waits = RetryWaits()
+    waits.set("long", 1e9)
+    for i in range(10_000):  # set and cancelled long before their time
+        waits.set(f"j{i}", 100.0 + i)
+        waits.pop(f"j{i}")
+    assert len(waits._heap) <= 2 * len(waits) + 65
+    assert waits.first() == 1e9 and waits.due(1e9) == ["long"] and not waits

@@ -26,12 +26,23 @@ class RetryWaits:
 
     def set(self, job: str, at: float) -> None:
         """``job`` waits until ``at``."""
+        if self._at.get(job) == at:
+            return  # already so (the heap holds it)
         self._at[job] = at
         heapq.heappush(self._heap, (at, job))
+        self._compact()
 
     def pop(self, job: str) -> None:
         """``job`` no longer waits (started, finished, or its wait was given up)."""
-        self._at.pop(job, None)
+        if self._at.pop(job, None) is not None:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the waiting jobs once stale entries outnumber them (jobs
+        set and given up long before their time): O(n), amortised O(1) per change."""
+        if len(self._heap) > 2 * len(self._at) + 64:
+            self._heap = [(at, job) for job, at in self._at.items()]
+            heapq.heapify(self._heap)
 
     def first(self) -> float | None:
         """The earliest time a waiting job may start (None: none waits)."""

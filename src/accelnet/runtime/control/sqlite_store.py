@@ -202,11 +202,13 @@ class SqliteStore(Store):
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
-        if row is None:
+        if row is None:  # a new file (OR IGNORE: another process may be creating it too)
             self._db.execute(
-                "INSERT INTO meta(key, value) VALUES('version', ?)", (str(SCHEMA_VERSION),)
+                "INSERT OR IGNORE INTO meta(key, value) VALUES('version', ?)",
+                (str(SCHEMA_VERSION),),
             )
-        elif int(row[0]) != SCHEMA_VERSION:
+            row = self._db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+        if int(row[0]) != SCHEMA_VERSION:
             self._migrate(int(row[0]))
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(events)")}
         if "tenant" not in columns:
