@@ -339,23 +339,17 @@ class CapacityIndex:
         with ``schedulable_only``: the undo of :meth:`release`) and its hosts' CPU cores and
         memory; ValueError if some of it is not free."""
         want, free, log = units(p.share), self.free, self._log
-        changes: dict[str, list[int]] = {}  # device -> [free before the batch, after]
+        changes: dict[str, tuple[int, int]] = {}  # device -> (free before the batch, after)
         for dev in p.devices:
             if not schedulable_only or dev in self.schedulable:
                 change = changes.get(dev)  # a device named twice takes twice, as take() would
                 have = free.get(dev, 0) if change is None else change[1]
                 if want > have:
-                    self._set_many([(d, old, new) for d, (old, new) in changes.items()])  # logged
-                    raise ValueError(
-                        f"{dev} has {have / SHARE_UNITS:g} free, cannot take {p.share:g}"
-                    )
+                    self._set_many(changes)  # what was taken before stays (and is logged)
+                    raise _no_room(dev, have, p.share)
                 log.append((dev, have))
-                if change is None:
-                    changes[dev] = [have, have - want]
-                else:
-                    change[1] = have - want
-        if changes:
-            self._set_many([(d, old, new) for d, (old, new) in changes.items()])
+                changes[dev] = (have if change is None else change[0], have - want)
+        self._set_many(changes)
         for host, cpu, mem in host_units(p.hosts):
             self.take_host(host, cpu, mem)
 
@@ -397,7 +391,7 @@ class CapacityIndex:
         """Use ``share`` of ``dev``; raises ValueError if it has less free."""
         have, want = self.free.get(dev, 0), units(share)
         if want > have:
-            raise ValueError(f"{dev} has {have / SHARE_UNITS:g} free, cannot take {share:g}")
+            raise _no_room(dev, have, share)
         self._log.append((dev, have))
         self._set(dev, have, have - want)
 
@@ -440,35 +434,27 @@ class CapacityIndex:
         """Set a device's free units and whether it is schedulable, outright: how a
         long-lived index follows the fabric between decisions (not logged; never inside a
         what-if question)."""
-        new = self._reset_state(dev, free_units, schedulable)
-        old = self.free.get(dev, 0)
-        if new != old:
-            self._set(dev, old, new)
-
-    def _reset_state(self, dev: str, free_units: int, schedulable: bool) -> int:
-        """Whether ``dev`` is schedulable, set; the free units it is to have."""
-        assert not self._log, "reset inside a what-if question"
-        if (dev in self.schedulable) != schedulable:
-            cls = self.topo.class_of[dev].key
-            if schedulable:
-                self.schedulable.down.discard(dev)
-                self._unschedulable[cls] -= 1
-            else:
-                self.schedulable.down.add(dev)
-                self._unschedulable[cls] = self._unschedulable.get(cls, 0) + 1
-        return max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
+        self.reset_many(((dev, free_units, schedulable),))
 
     def reset_many(self, devices: Iterable[tuple[str, int, bool]]) -> None:
         """:meth:`reset` on each ``(device, free units, schedulable)``, the domains'
         counts moved once for all."""
+        assert not self._log, "reset inside a what-if question"
         changes: dict[str, tuple[int, int]] = {}  # device -> (free before, after): the last
+        known, down, out = self.schedulable, self.schedulable.down, self._unschedulable
         for dev, free_units, schedulable in devices:
-            new = self._reset_state(dev, free_units, schedulable)
+            if (dev in known) != schedulable:
+                cls = self.topo.class_of[dev].key
+                if schedulable:
+                    down.discard(dev)
+                    out[cls] -= 1
+                else:
+                    down.add(dev)
+                    out[cls] = out.get(cls, 0) + 1
+            new = max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
             old = changes[dev][0] if dev in changes else self.free.get(dev, 0)
             changes[dev] = (old, new)
-        moved = [(d, old, new) for d, (old, new) in changes.items() if old != new]
-        if moved:
-            self._set_many(moved)
+        self._set_many(changes)
 
     def frozen(self) -> CapacityIndex:
         """An independent copy for later reading (cheap when little is free)."""
@@ -543,25 +529,21 @@ class CapacityIndex:
         if links is None:
             links = self._link(dev, cls)
         for node_id, pos, buckets in links:
-            before = counts.get(node_id, 0)
-            after = before + delta
-            if before:
-                buckets.discard(before, pos)
-            if after:
-                counts[node_id] = after
-                buckets.add(after, pos)
-            else:
-                del counts[node_id]
+            _move(counts, node_id, pos, buckets, delta)
 
-    def _set_many(self, changes: list[tuple[str, int, int]]) -> None:
-        """:meth:`_set` on each ``(device, old, new)``, a domain's count moved once for
+    def _set_many(self, changes: Mapping[str, tuple[int, int]]) -> None:
+        """:meth:`_set` on each ``device -> (old, new)``, a domain's count moved once for
         all its devices that changed (a gang on one host: one move of the host's count,
         not one per device)."""
         if len(changes) == 1:
-            self._set(*changes[0])
+            ((dev, (old, new)),) = changes.items()
+            if old != new:
+                self._set(dev, old, new)
             return
         moves: dict[tuple[str, str], list[Any]] = {}  # (class, node) -> [pos, buckets, delta]
-        for dev, old, new in changes:
+        for dev, (old, new) in changes.items():
+            if old == new:
+                continue
             delta = self._set_free(dev, old, new)
             if not delta:
                 continue
@@ -577,18 +559,8 @@ class CapacityIndex:
                     move[2] += delta
         whole = self.whole
         for (cls, node_id), (pos, buckets, delta) in moves.items():
-            if not delta:
-                continue
-            counts = whole[cls]
-            before = counts.get(node_id, 0)
-            after = before + delta
-            if before:
-                buckets.discard(before, pos)
-            if after:
-                counts[node_id] = after
-                buckets.add(after, pos)
-            else:
-                del counts[node_id]
+            if delta:
+                _move(whole[cls], node_id, pos, buckets, delta)
 
     def _set_free(self, dev: str, old: int, new: int) -> int:
         """A device's free units from ``old`` to ``new``, in ``free`` and the partly free
@@ -627,3 +599,21 @@ class CapacityIndex:
             links.append((node_id, topo.node_order[node_id], buckets))
         found = self._links[dev] = tuple(links)
         return found
+
+
+def _move(counts: dict[str, int], node_id: str, pos: int, buckets: Counts, delta: int) -> None:
+    """Node ``node_id``'s (fabric order ``pos``) wholly-free count moved by ``delta``,
+    in ``counts`` and in its ``buckets``."""
+    before = counts.get(node_id, 0)
+    after = before + delta
+    if before:
+        buckets.discard(before, pos)
+    if after:
+        counts[node_id] = after
+        buckets.add(after, pos)
+    else:
+        del counts[node_id]
+
+
+def _no_room(dev: str, have: int, share: float) -> ValueError:
+    return ValueError(f"{dev} has {have / SHARE_UNITS:g} free, cannot take {share:g}")
