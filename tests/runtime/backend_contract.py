@@ -523,6 +523,17 @@ class EventHarness:
     quiet: Callable[[], list[TaskEvent]]
 
 
+def command_tasks(logs: Path, command: str) -> Callable[..., TaskSpec]:
+    """An :class:`EventHarness` task maker for a backend that runs commands: each task
+    runs ``command``, its logs in ``logs``."""
+
+    def make(tid: str, device: str, job: str, gang: tuple[str, ...], share: float) -> TaskSpec:
+        spec = task(tid, device, logs, command, devices=gang, rank=gang.index(device), job=job)
+        return dataclasses.replace(spec, share=share)
+
+    return make
+
+
 def _terminal_ids(events: list[TaskEvent]) -> set[str]:
     return {e.task_id for e in events if e.kind in TERMINAL}
 

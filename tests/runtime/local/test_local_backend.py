@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -20,7 +20,7 @@ import pytest
 
 from accelnet.fabric import load_preset
 from accelnet.fabric.discovery import discover
-from accelnet.runtime.backend import TaskEventKind, TaskSpec
+from accelnet.runtime.backend import TaskEventKind
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.backend import LocalBackend
 from accelnet.runtime.local.taskenv import cuda_visible_devices, mps_env
@@ -30,6 +30,7 @@ from tests.runtime.backend_contract import (
     EventContract,
     EventHarness,
     Harness,
+    command_tasks,
     env_values,
     getpid,
     gone,
@@ -75,18 +76,8 @@ class TestLocalBackendEvents(EventContract):
     def protocol(self, backend: LocalBackend, tmp_path: Path) -> EventHarness:
         logs = tmp_path / "logs"
 
-        def maker(command: str) -> Callable[..., TaskSpec]:
-            def make(
-                tid: str, device: str, job: str, gang: tuple[str, ...], share: float
-            ) -> TaskSpec:
-                rank = gang.index(device)
-                spec = task(tid, device, logs, command, devices=gang, rank=rank, job=job)
-                return dataclasses.replace(spec, share=share)
-
-            return make
-
         devices = (GPU0, GPU1, GPU2, GPU3)
-        short, long = maker("true"), maker("sleep 100")
+        short, long = command_tasks(logs, "true"), command_tasks(logs, "sleep 100")
         return EventHarness(
             backend,
             devices,

@@ -26,7 +26,7 @@ import pytest
 from accelnet.devices import DeviceState
 from accelnet.fabric import SwitchKind, build_fabric, parse_spec
 from accelnet.fabric.model import Level
-from accelnet.runtime.backend import TaskEvent, TaskEventKind, TaskSpec
+from accelnet.runtime.backend import TaskEvent, TaskEventKind
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.taskenv import rendezvous_env
 from accelnet.runtime.ray.backend import RayBackend
@@ -41,6 +41,7 @@ from tests.runtime.backend_contract import (
     EventContract,
     EventHarness,
     Harness,
+    command_tasks,
     gone,
     pickled_by_value,
     run,
@@ -49,8 +50,6 @@ from tests.runtime.backend_contract import (
     tree,
     until,
 )
-
-Gang = tuple[str, ...]
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 pytestmark = pytest.mark.ray
@@ -113,20 +112,12 @@ class TestRayBackendEvents(EventContract):
         settle(backend)
         logs = tmp_path / "logs"
 
-        def maker(command: str) -> Callable[..., TaskSpec]:
-            def make(tid: str, device: str, job: str, gang: Gang, share: float) -> TaskSpec:
-                rank = gang.index(device)
-                spec = task(tid, device, logs, command, devices=gang, rank=rank, job=job)
-                return dataclasses.replace(spec, share=share)
-
-            return make
-
         def quiet() -> list[TaskEvent]:
             return backend.poll(0.2)
 
         devices = ("n0/gpu0", "n1/gpu0", "n1/gpu1", "n2/gpu0")
-        yield EventHarness(backend, devices, maker("true"), maker("sleep 100"),
-                           lambda done: until(backend, done), quiet)  # fmt: skip
+        short, long = command_tasks(logs, "true"), command_tasks(logs, "sleep 100")
+        yield EventHarness(backend, devices, short, long, lambda done: until(backend, done), quiet)
         settle(backend)
 
 
