@@ -76,7 +76,7 @@ class Reason(str):
     def noted(self, note: str, **facts: Any) -> Reason:
         """This reason with ``note`` added to its text (and ``facts`` to its facts); the
         code stays."""
-        return make_reason(f"{self}; {note}", self.code, {**self.facts, **facts})
+        return self.recoded(self.code, note, **facts)
 
     def recoded(self, code: WaitCode, note: str, **facts: Any) -> Reason:
         """This reason with ``note`` added, now for ``code`` (e.g. a job that did not fit

@@ -222,11 +222,7 @@ def request_and_rejection(
     fields = topo.requests.get(fields_key)
     if fields is None:
         fields = topo.requests[fields_key] = _request_fields(spec, topo)
-    if key in topo.rejections:
-        never: Rejection | None = topo.rejections[key]
-    else:
-        never = topo.rejections[key] = _rejection(spec, topo)
-    return Request(job_id, *fields), never
+    return Request(job_id, *fields), _known_rejection(key, spec, topo)
 
 
 def _request_fields(spec: JobSpec, topo: Topology) -> tuple[Any, ...]:
@@ -266,7 +262,11 @@ def _count_on(
 def rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
     """Why ``spec`` can never run on this fabric, or None if it can (on an empty fabric);
     memoised per fabric by the spec's shape."""
-    key = _shape(spec)
+    return _known_rejection(_shape(spec), spec, topo)
+
+
+def _known_rejection(key: tuple[object, ...], spec: JobSpec, topo: Topology) -> Rejection | None:
+    """:func:`rejection` of ``spec``, whose shape is ``key``, from the fabric's memo."""
     if key in topo.rejections:
         known: Rejection | None = topo.rejections[key]
         return known

@@ -16,7 +16,7 @@ from typing import Any
 from accelnet.devices import DeviceState
 from accelnet.fabric import DomainLevel, Fabric
 from accelnet.sched.jobstate import JobState
-from accelnet.sched.reasons import Reason
+from accelnet.sched.reasons import Reason, code_of
 from accelnet.sched.spec import JobSpec
 
 
@@ -189,7 +189,7 @@ class Decision:
                 {"job": p.job, "for_job": p.for_job, "reason": p.reason} for p in self.preemptions
             ],
             "waiting": dict(self.waiting),
-            "waiting_codes": {j: getattr(r, "code", None) for j, r in self.waiting.items()},
+            "waiting_codes": {j: code_of(r) for j, r in self.waiting.items()},
             "time_shares": None
             if self.time_shares is None
             else {j: dict(s) for j, s in self.time_shares.items()},
