@@ -210,6 +210,41 @@ def test_metrics_need_the_scrape_token_when_one_is_set(api: Api) -> None:
         assert c.get("/metrics").status_code == 200  # no token set: open (loopback)
 
 
+def test_a_policy_change_sets_or_keeps_the_reallocation_interval(tmp_path: Path) -> None:
+    db = ApiDb(tmp_path / "state.db")
+    tokens = issue_tokens(db, TOKENS[:1])  # admin
+    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work",
+                           scheduler=make_scheduler("las", min_reallocation_s=1920.0))  # fmt: skip
+    cluster.start()
+    port = LocalClusterPort(cluster)
+    ctx = build_context(port, db, SystemClock(), ApiSettings(poll_s=0.05))
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    try:
+        with TestClient(create_app(ctx), raise_server_exceptions=False) as c:
+            assert c.get(f"{V1}/policy", headers=admin).json()["min_reallocation_s"] == 1920.0
+            # another round policy keeps the server's interval; one may set another
+            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "hetero-fair"})
+            assert r.status_code == 200 and r.json()["min_reallocation_s"] == 1920.0
+            assert port.scheduler().min_reallocation_s == 1920.0  # type: ignore[attr-defined]
+            r = c.put(f"{V1}/policy", headers=admin,
+                      json={"policy": "hetero-fair", "min_reallocation_s": 360})  # fmt: skip
+            assert r.status_code == 200 and r.json()["min_reallocation_s"] == 360.0
+            # a queue policy allocates nothing: none shown, and asking for one is a 422
+            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "fifo"})
+            assert r.status_code == 200 and r.json()["min_reallocation_s"] is None
+            r = c.put(f"{V1}/policy", headers=admin,
+                      json={"policy": "fifo", "min_reallocation_s": 60})  # fmt: skip
+            assert r.status_code == 422 and "min_reallocation_s" in r.text
+            r = c.put(f"{V1}/policy", headers=admin,
+                      json={"policy": "las", "min_reallocation_s": -1})  # fmt: skip
+            assert r.status_code == 422 and "min_reallocation_s" in r.text
+            assert c.get(f"{V1}/policy", headers=admin).json()["policy"] == "fifo"  # unchanged
+    finally:
+        port.close()
+        cluster.close()
+        db.close()
+
+
 def test_a_policy_change_keeps_the_servers_reservation_wait(tmp_path: Path) -> None:
     db = ApiDb(tmp_path / "state.db")
     tokens = issue_tokens(db, TOKENS[:1])  # admin

@@ -128,3 +128,8 @@ def test_serve_options_that_cannot_work() -> None:
 def test_serve_refuses_a_reservation_for_a_round_policy() -> None:
     with pytest.raises(ValueError, match="queue policies"):
         serve(ServeOptions(policy="hetero-fair", reserve_after_s=60.0))
+
+
+def test_serve_refuses_a_reallocation_interval_for_a_queue_policy() -> None:
+    with pytest.raises(ValueError, match="min_reallocation_s applies to the round policies"):
+        serve(ServeOptions(policy="fifo", min_reallocation_s=60.0))

@@ -126,6 +126,21 @@ def test_reservations_and_locality_waits_from_the_command_line(tmp_path: Path) -
     assert r.exit_code == 2 and "locality wait" in r.output
 
 
+def test_a_reallocation_interval_from_the_command_line(tmp_path: Path) -> None:
+    trace = "gavel-gen:n=40,lam=900,seed=2"
+    # fifo beside a round policy: the interval is the round policy's, fifo is unchanged
+    r = simulate("--fabric", "gavel-48", "--trace", trace, "--policy", "fifo,hetero-fair",
+                 "--min-reallocation-s", "1920", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    runs = {run["policy"]: run["metrics"] for run in json.loads(r.stdout)["runs"]}
+    assert runs["hetero-fair"]["jobs"]["finished"] == 40
+    plain = simulate("--fabric", "gavel-48", "--trace", trace, "--json")
+    assert json.loads(plain.stdout)["runs"][0]["metrics"]["jct_s"] == runs["fifo"]["jct_s"]
+    r = simulate("--fabric", "gavel-48", "--trace", trace, "--policy", "hetero-fair",
+                 "--min-reallocation-s", "-5")  # fmt: skip
+    assert r.exit_code == 2 and "--min-reallocation-s" in r.output and "-5" in r.output
+
+
 def test_a_fabric_with_a_model_of_its_own_is_simulated(tmp_path: Path) -> None:
     # issue 25 item 5: `fabric validate` and `plan` took an A10 the catalog lacks; simulate
     # refused it ("unknown device model 'A10'"). Its rate comes from its declared figures.

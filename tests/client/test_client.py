@@ -195,7 +195,10 @@ def test_fabric_tenants_policy_audit(server: Server) -> None:
         policy = api.policy()
         assert policy.policy == "fifo" and "priority" in policy.policies
         assert admin.set_policy("priority", placement="first-fit").policy == "priority"
+        las = admin.set_policy("las", round_s=60, min_reallocation_s=1920)
+        assert (las.policy, las.round_s, las.min_reallocation_s) == ("las", 60.0, 1920.0)
         assert admin.set_policy("fifo").placement in policy.placements
+        assert api.policy().min_reallocation_s is None
         entries = admin.audit(limit=5000).entries
         assert any(e.path == "/api/v1/policy" and e.method == "PUT" for e in entries)
         with pytest.raises(ApiError) as err:

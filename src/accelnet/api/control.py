@@ -40,20 +40,23 @@ DEFAULT_ROUND_S = 360.0
 
 @dataclass(frozen=True, slots=True)
 class PolicyState:
-    """The policy in force: its name, placement, round length and reservation wait."""
+    """The policy in force: its name, placement, round length, reservation wait and
+    re-allocation interval."""
 
     policy: str
     placement: str
     round_s: float | None
     reserve_after_s: float | None = None
+    min_reallocation_s: float | None = None
 
 
 def policy_of(name: str, port: ClusterPort) -> PolicyState:
     """The state of the scheduler ``port`` runs, which was made as policy ``name``."""
     s = port.scheduler()
-    round_s = s.round_s if isinstance(s, RoundScheduler) else None
-    reserve = None if isinstance(s, RoundScheduler) else s.reserve_after_s
-    return PolicyState(name, getattr(s.placement, "name", "?"), round_s, reserve)
+    if isinstance(s, RoundScheduler):
+        return PolicyState(name, getattr(s.placement, "name", "?"), s.round_s, None,
+                           s.min_reallocation_s)  # fmt: skip
+    return PolicyState(name, getattr(s.placement, "name", "?"), None, s.reserve_after_s)
 
 
 class ControlService:
@@ -75,6 +78,7 @@ class ControlService:
         self.clock = clock
         self._policy = policy_of(policy, port)
         self._reserve_after_s = self._policy.reserve_after_s  # the server's (--reserve-after)
+        self._realloc_s = self._policy.min_reallocation_s or 0.0  # (--min-reallocation-s)
         self._policy_lock = threading.Lock()  # one change at a time
 
     # ----- tenants --------------------------------------------------------------------
@@ -131,7 +135,8 @@ class ControlService:
         """The policy in force."""
         p = self._policy
         return PolicyOut(policy=p.policy, placement=p.placement, round_s=p.round_s,
-                         reserve_after_s=p.reserve_after_s, policies=list(POLICY_NAMES),
+                         reserve_after_s=p.reserve_after_s,
+                         min_reallocation_s=p.min_reallocation_s, policies=list(POLICY_NAMES),
                          placements=list(PLACEMENTS))  # fmt: skip
 
     def set_policy(self, body: PolicyIn) -> PolicyOut:
@@ -145,12 +150,23 @@ class ControlService:
                 f"unknown placement {body.placement!r}; known: {', '.join(PLACEMENTS)}",
                 "placement",
             )
+        queue = body.policy in QUEUE_POLICIES
+        if queue and body.min_reallocation_s:
+            raise invalid(
+                f"min_reallocation_s applies to the round policies, not to {body.policy!r}",
+                "min_reallocation_s",
+            )
         with self._policy_lock:
             round_s = body.round_s or self._policy.round_s or DEFAULT_ROUND_S
-            # the server's reservation wait (--reserve-after) carries over to a queue policy
-            reserve = self._reserve_after_s if body.policy in QUEUE_POLICIES else None
+            # the server's reservation wait (--reserve-after) carries over to a queue policy,
+            # the re-allocation interval (--min-reallocation-s) to a round policy
+            reserve = self._reserve_after_s if queue else None
+            realloc = body.min_reallocation_s
+            if realloc is None:
+                realloc = 0.0 if queue else self._realloc_s
             scheduler = make_scheduler(body.policy, round_s=round_s, placement=body.placement,
-                                       reserve_after_s=reserve)  # fmt: skip
+                                       reserve_after_s=reserve,
+                                       min_reallocation_s=realloc)  # fmt: skip
             self.port.set_scheduler(scheduler)
             self._policy = policy_of(body.policy, self.port)
             return self.policy()

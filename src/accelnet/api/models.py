@@ -223,6 +223,11 @@ class PolicyOut(BaseModel):
         description="a gang that waited this long has a domain held for it (queue policies; "
         "set with `accelnet serve --reserve-after`, kept across policy changes)",
     )
+    min_reallocation_s: float | None = Field(
+        None,
+        description="a round policy re-solves its allocation only when the jobs changed, at "
+        "most once per this many s (0: at every round and change; round policies only)",
+    )
     policies: list[str] = Field(description="the policies one may set")
     placements: list[str] = Field(description="the placement strategies one may set")
 
@@ -233,6 +238,14 @@ class PolicyIn(_In):
     policy: str = Field(json_schema_extra={"enum": list(POLICY_NAMES)})
     placement: str | None = Field(None, json_schema_extra={"enum": list(PLACEMENTS)})
     round_s: StrictFloat | None = Field(None, ge=1, le=86400, description="round-based policies")
+    min_reallocation_s: StrictFloat | None = Field(
+        None,
+        ge=0,
+        le=7 * 86400,
+        description="round-based policies: re-solve the allocation at most once per this many "
+        "s (Gavel: 1920; 0: whenever the jobs change); default: the server's "
+        "--min-reallocation-s",
+    )
 
 
 class AuditEntryOut(BaseModel):

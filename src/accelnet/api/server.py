@@ -70,6 +70,7 @@ class ServeOptions:
     policy: str = "fifo"
     placement: str | None = None
     round_s: float = 360.0
+    min_reallocation_s: float = 0.0  # round policies: re-solve at most this often
     reserve_after_s: float | None = None  # hold a domain for a gang that waited this long
     rate: float = 50.0
     burst: int = 100
@@ -298,7 +299,8 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     cannot start; fabric, policy and remediation-policy errors propagate."""
     check(opts)
     scheduler = make_scheduler(opts.policy, round_s=opts.round_s, placement=opts.placement,
-                               reserve_after_s=opts.reserve_after_s)  # fmt: skip
+                               reserve_after_s=opts.reserve_after_s,
+                               min_reallocation_s=opts.min_reallocation_s)  # fmt: skip
     tls = opts.tls_cert is not None
     _log_to_stderr(opts.log_level)
     workdir, scratch_work = work_folder(opts)

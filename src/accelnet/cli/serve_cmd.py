@@ -33,6 +33,14 @@ def serve(
     policy: Annotated[str, typer.Option(help="scheduling policy (docs/policies.md)")] = "fifo",
     placement: Annotated[str | None, typer.Option(help="placement strategy")] = None,
     round_s: Annotated[float, typer.Option(help="round length of round-based policies")] = 360.0,
+    min_reallocation_s: Annotated[
+        float,
+        typer.Option(
+            "--min-reallocation-s",
+            help="round policies re-solve their allocation only when the jobs changed and "
+            "at most once per this many s (Gavel: 1920); 0: at every round and change",
+        ),
+    ] = 0.0,
     reserve_after: Annotated[
         float | None,
         typer.Option(
@@ -102,6 +110,7 @@ def serve(
             backend=backend, ray_address=None if ray is None else ray.address, db=db,
             fabric=fabric, workdir=workdir, host=host, port=port, policy=policy,
             placement=placement, round_s=round_s, reserve_after_s=reserve_after, rate=rate,
+            min_reallocation_s=min_reallocation_s,
             burst=burst, max_body=max_body,
             anon_rate=anon_rate, anon_burst=anon_burst,
             audit_retention_days=audit_retention_days, audit_max_rows=audit_max_rows,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -56,6 +57,14 @@ def simulate(
         float | None,
         typer.Option("--round", help="round length, s (round-based policies: default 360)"),
     ] = None,
+    min_reallocation_s: Annotated[
+        float,
+        typer.Option(
+            "--min-reallocation-s",
+            help="round policies re-solve their allocation only when the jobs changed and "
+            "at most once per this many s (Gavel: 1920); 0: at every round and change",
+        ),
+    ] = 0.0,
     seed: Annotated[int, typer.Option(help="seed for generated traces and random faults")] = 0,
     out: Annotated[
         Path | None, typer.Option(help="write metrics.json, per-job CSVs and plots here")
@@ -139,7 +148,7 @@ def simulate(
         model = _rates(rates, fab)
         schedulers = _schedulers(
             names, model, (round_s, placement_maker(placement, frag_mix), reserve_after,
-                           locality_wait)
+                           locality_wait, min_reallocation_s)
         )  # fmt: skip
         stream = stream_trace(trace, model, seed)  # lazy: read as the simulation runs
         notes = stream.notes
@@ -221,13 +230,21 @@ def _schedulers(
     names: list[str],
     model: ThroughputModel,
     how: tuple[
-        float | None, Callable[[], str | PlacementStrategy | None], float | None, float | None
+        float | None,
+        Callable[[], str | PlacementStrategy | None],
+        float | None,
+        float | None,
+        float,
     ],
 ) -> list[Scheduler]:
-    """One scheduler per policy name; ``how``: round length, placement, reserve-after and
-    locality wait. ValueError for a locality wait with a round policy (it plans every
-    round afresh and does not wait for a level)."""
-    round_s, placement, reserve_after, locality_wait = how
+    """One scheduler per policy name; ``how``: round length, placement, reserve-after,
+    locality wait and re-allocation interval (given to the round policies only: the queue
+    policies allocate nothing, so a comparison may mix both). ValueError for a locality
+    wait with a round policy (it plans every round afresh and does not wait for a level),
+    or a negative interval."""
+    round_s, placement, reserve_after, locality_wait, realloc = how
+    if not (math.isfinite(realloc) and realloc >= 0):
+        raise ValueError(f"--min-reallocation-s must be a number of s >= 0, got {realloc}")
     if locality_wait is not None:
         rounds = [n for n in names if n not in QUEUE_POLICIES]
         if rounds:
@@ -235,4 +252,8 @@ def _schedulers(
                 f"--locality-wait applies to the queue policies ({', '.join(QUEUE_POLICIES)}),"
                 f" not to {', '.join(rounds)}"
             )
-    return [make_scheduler(n, model, round_s or 360.0, placement(), reserve_after) for n in names]
+    return [
+        make_scheduler(n, model, round_s or 360.0, placement(), reserve_after,
+                       0.0 if n in QUEUE_POLICIES else realloc)
+        for n in names
+    ]  # fmt: skip

@@ -523,14 +523,23 @@ class Client:
         return self._get(PolicyOut, f"{V1}/policy")
 
     def set_policy(
-        self, policy: str, *, placement: str | None = None, round_s: float | None = None
+        self,
+        policy: str,
+        *,
+        placement: str | None = None,
+        round_s: float | None = None,
+        min_reallocation_s: float | None = None,
     ) -> PolicyOut:
-        """Decide with ``policy`` from now on (admin); queued and running jobs are kept."""
+        """Decide with ``policy`` from now on (admin); queued and running jobs are kept.
+        ``min_reallocation_s``: a round policy re-solves its allocation at most this often
+        (default: the server's ``--min-reallocation-s``)."""
         body: dict[str, Any] = {"policy": policy}
         if placement is not None:
             body["placement"] = placement
         if round_s is not None:
             body["round_s"] = round_s
+        if min_reallocation_s is not None:
+            body["min_reallocation_s"] = min_reallocation_s
         return self._parse(PolicyOut, self.request("PUT", f"{V1}/policy", body=body))
 
     # ----- services ---------------------------------------------------------------------

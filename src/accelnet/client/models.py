@@ -155,6 +155,8 @@ class PolicyOut(_Out):
     policy: str
     placement: str
     round_s: float | None = None
+    reserve_after_s: float | None = None
+    min_reallocation_s: float | None = None
     policies: list[str] = []
     placements: list[str] = []
 

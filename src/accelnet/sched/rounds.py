@@ -256,9 +256,12 @@ class RoundScheduler(Scheduler):
         upgrade: float | None = 0.5,
         colocated: PairRateFn | None = None,
         stop_cost: StopCost | None = None,
+        min_reallocation_s: float = 0.0,
     ) -> None:
         if not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
+        if not (math.isfinite(min_reallocation_s) and min_reallocation_s >= 0):
+            raise ValueError(f"min_reallocation_s must be >= 0 s, got {min_reallocation_s}")
         super().__init__("fifo", placement, "none", rates=rates)
         self.policy = policy
         self.round_s = round_s
@@ -268,6 +271,10 @@ class RoundScheduler(Scheduler):
         self._mate: dict[str, str] = {}  # job -> the job it is planned packed with
         self.colocated = colocated  # pair rates, for policies that pack
         self._x: Allocation = {}
+        # re-solve the allocation at most once per min_reallocation_s (0: at every round
+        # and every change of the jobs); the jobs and time of the last solve
+        self.min_reallocation_s = min_reallocation_s
+        self._solved: tuple[float, frozenset[str]] | None = None
         self._fixed: frozenset[str] = frozenset()  # running jobs this round could not stop
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
@@ -303,17 +310,9 @@ class RoundScheduler(Scheduler):
         if new_round or active != self._active:
             # jobs being stopped are planned too: they hold devices now and will requeue
             ctx = self._context(jobs + stopping_views, info, w)
-            self._x = self.policy.allocate(ctx)
-            # jobs a round must not stop: not checkpointable, or too near their end
-            keep = {j.id: j.placement.model for j in running
-                    if j.placement is not None and not self._stoppable(j, info)}  # fmt: skip
-            kept_mates = {j: m for j, m in mates_now.items() if j in keep and m in keep}
-            if not preemptive:  # between rounds: running jobs and earlier plans stand
-                keep = {j.id: j.placement.model for j in running if j.placement is not None}
-                keep.update((j, self._plan[j]) for j in [*stopping, *(q.id for q in queued)]
-                            if j in self._plan)  # fmt: skip
-                kept_mates = {j: m for j, m in self._mate.items() if j in keep and m in keep}
-                kept_mates.update(mates_now)
+            self._allocate(ctx, active)
+            keep, kept_mates = self._kept(preemptive, running, [*stopping, *(q.id for q in queued)],
+                                          mates_now, info)  # fmt: skip
             halves = {
                 j.id: j.placement.model
                 for j in running
@@ -349,6 +348,46 @@ class RoundScheduler(Scheduler):
             preemptions += self._upgrades(self._context(running, info, w), running, index)
         shares = {j: dict(m) for j, m in self._x.items()}
         return Decision(tuple(starts), tuple(preemptions), waiting, shares)
+
+    def _kept(
+        self,
+        preemptive: bool,
+        running: Sequence[JobView],
+        waiting: Sequence[str],
+        mates_now: Mapping[str, str],
+        info: JobInfo,
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Jobs the plan must leave where they are (job -> model) and the pairs among them.
+        When a round begins: the running jobs a round must not stop (not checkpointable, or
+        too near their end). Between rounds: every running job, and the earlier plan of the
+        ``waiting`` (queued and being stopped) jobs."""
+        if preemptive:
+            keep = {j.id: j.placement.model for j in running
+                    if j.placement is not None and not self._stoppable(j, info)}  # fmt: skip
+            return keep, {j: m for j, m in mates_now.items() if j in keep and m in keep}
+        keep = {j.id: j.placement.model for j in running if j.placement is not None}
+        keep.update((j, self._plan[j]) for j in waiting if j in self._plan)
+        kept_mates = {j: m for j, m in self._mate.items() if j in keep and m in keep}
+        kept_mates.update(mates_now)
+        return keep, kept_mates
+
+    def _allocate(self, ctx: RoundContext, active: frozenset[str]) -> None:
+        """The allocation for this plan. Without a re-allocation interval: solved anew
+        (at every round and every change of the jobs). With one, Gavel's rule: solved only
+        when the jobs changed since the last solve, and at most once per interval;
+        meanwhile the last allocation stands, its departed jobs dropped, and jobs that
+        arrived since have none (they take what the allocated jobs leave: see
+        :meth:`RoundPolicy.order`)."""
+        now, solved = ctx.info.now, self._solved
+        if (
+            self.min_reallocation_s <= 0
+            or solved is None
+            or (solved[1] != active and now - solved[0] >= self.min_reallocation_s)
+        ):
+            self._x = self.policy.allocate(ctx)
+            self._solved = (now, active)
+        elif solved[1] != active:
+            self._x = _restricted(self._x, active)
 
     def _upgrades(
         self, ctx: RoundContext, running: Sequence[JobView], index: CapacityIndex
@@ -571,6 +610,15 @@ class RoundScheduler(Scheduler):
             return fn(ja.spec, jb.spec, model, gang[a])
 
         return pair
+
+
+def _restricted(x: Allocation, active: frozenset[str]) -> Allocation:
+    """``x`` without the jobs no longer active (a packed pair goes with either member)."""
+    if isinstance(x, PackedAllocation):
+        alone = {j: v for j, v in x.alone.items() if j in active}
+        pairs = {k: v for k, v in x.pairs.items() if k[0] in active and k[1] in active}
+        return PackedAllocation(alone, pairs)
+    return {j: v for j, v in x.items() if j in active}
 
 
 def _count_models(

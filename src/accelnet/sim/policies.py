@@ -43,10 +43,13 @@ def make_scheduler(
     round_s: float = 360.0,
     placement: str | PlacementStrategy | None = None,
     reserve_after_s: float | None = None,
+    min_reallocation_s: float = 0.0,
 ) -> Scheduler:
-    """A fresh scheduler for policy ``name``; ValueError listing the known ones
+    """A fresh scheduler for policy ``name`` (``min_reallocation_s``: see
+    :func:`accelnet.sched.policies.make_scheduler`); ValueError listing the known ones
     (UnknownNameError for an unknown placement)."""
     rates = model_rates(model) if model is not None else None
     pairs = model_pairs(model) if model is not None else None
     return _make(name, rates=rates, round_s=round_s, placement=placement, colocated=pairs,
-                 reserve_after_s=reserve_after_s)  # fmt: skip
+                 reserve_after_s=reserve_after_s,
+                 min_reallocation_s=min_reallocation_s)  # fmt: skip

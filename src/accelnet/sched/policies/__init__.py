@@ -57,14 +57,22 @@ def make_scheduler(
     placement: str | PlacementStrategy | None = None,
     colocated: PairRateFn | None = None,
     reserve_after_s: float | None = None,
+    min_reallocation_s: float = 0.0,
 ) -> Scheduler:
     """A fresh scheduler for policy ``name`` (with ``placement``, else the policy's own);
     ``colocated``: pairs' rates for the policies that pack (``*-packed``; default: the
     jobs' ``workload.colocated`` hints); ``reserve_after_s``: hold a domain for a gang
-    that waited this long (queue policies, :mod:`accelnet.sched.reserve`). ValueError
-    listing the known policies, or for ``reserve_after_s`` with a round policy;
-    UnknownNameError listing the placements."""
+    that waited this long (queue policies, :mod:`accelnet.sched.reserve`);
+    ``min_reallocation_s``: a round policy re-solves its allocation at most this often
+    (Gavel: 1,920 s; 0: whenever the jobs change). ValueError listing the known policies,
+    for ``reserve_after_s`` with a round policy or ``min_reallocation_s`` with a queue
+    policy; UnknownNameError listing the placements."""
     if name in QUEUE_POLICIES:
+        if min_reallocation_s:
+            raise ValueError(
+                f"min_reallocation_s applies to the round policies ({', '.join(ROUND_POLICIES)}"
+                f"), not to {name!r}, which allocates nothing"
+            )
         params = dict(QUEUE_POLICIES[name])
         if placement is not None:
             params["placement"] = placement
@@ -78,4 +86,5 @@ def make_scheduler(
             f"not to {name!r}, which plans every round afresh"
         )
     return RoundScheduler(factory(), placement or "best-fit", round_s=round_s, rates=rates,
-                          colocated=colocated or hint_pairs)  # fmt: skip
+                          colocated=colocated or hint_pairs,
+                          min_reallocation_s=min_reallocation_s)  # fmt: skip
