@@ -13,12 +13,15 @@ busy machine), *peak RSS* the process's maximum resident set. *vs Gavel* is Gave
 simulator's time on such a trace (issue 22, measured alternately on this machine kind:
 ``max_min_fairness_perf`` 20.5 s, ``fifo`` 25.8 s; Gavel is not installed here) over
 accelnet's wall: the goal is >= 5 for every policy. Round policies are compared with
-Gavel's max-min fairness, ``fifo`` with Gavel's FIFO.
+Gavel's max-min fairness, ``fifo`` with Gavel's FIFO. ``--min-reallocation-s`` (a list)
+runs each round policy at each re-allocation interval (0: accelnet's default, re-solve at
+every round and change; 1920: Gavel's rule and interval, like for like with Gavel's
+figure); *preempt/job* is the round stops per job.
 
 Run from the project root::
 
     .venv/bin/python bench/sim_policy_speed_bench.py [--jobs 3000] [--lam 1800] [--seed 0]
-        [--repeats 3] [--policies hetero-fair,hetero-jct,...]
+        [--repeats 3] [--policies hetero-fair,hetero-jct,...] [--min-reallocation-s 0,1920]
 
 It prints a table and writes ``bench/results/sim_policy_speed.json``.
 """
@@ -73,7 +76,7 @@ def round_policies() -> list[str]:
     return list(ROUND_POLICIES)
 
 
-def one_run(trace: str, policy: str, seed: int) -> dict[str, Any]:
+def one_run(trace: str, policy: str, seed: int, realloc: float = 0.0) -> dict[str, Any]:
     """A simulation in this (fresh) process: its figures, wall, CPU and peak memory."""
     from accelnet.fabric.build import build_fabric, parse_spec
     from accelnet.sim.engine import Simulation
@@ -86,7 +89,8 @@ def one_run(trace: str, policy: str, seed: int) -> dict[str, Any]:
     model = ThroughputModel.gavel()
     jobs, _ = load_trace(trace, model, seed)
     cpu0 = time.process_time()
-    result = Simulation(fab, jobs, make_scheduler(policy, model), model, seed=seed,
+    sched = make_scheduler(policy, model, min_reallocation_s=realloc)
+    result = Simulation(fab, jobs, sched, model, seed=seed,
                         policy=policy, trace=trace, forget_finished=True).run()  # fmt: skip
     cpu = time.process_time() - cpu0
     m = compute(result).to_json()
@@ -99,6 +103,7 @@ def one_run(trace: str, policy: str, seed: int) -> dict[str, Any]:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "avg_jct_s": m["jct_s"]["avg"],
         "makespan_s": m["makespan_s"],
+        "preemptions": m["preemptions"],
     }
 
 
@@ -116,21 +121,26 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     trace = f"gavel-gen:n={args.jobs},lam={args.lam:g},seed={args.seed}"
     FABRIC_FILE.parent.mkdir(parents=True, exist_ok=True)
     FABRIC_FILE.write_text(yaml.safe_dump(FABRIC, sort_keys=False), encoding="utf-8")
+    intervals = [float(x) for x in args.min_reallocation_s.split(",") if x.strip()] or [0.0]
+    cases = [(p, x) for p in policies for x in ([0.0] if p == "fifo" else intervals)]
     rows: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:  # fmt: skip
-        task = progress.add_task("simulations", total=len(policies) * args.repeats)
-        for policy in policies:
+        task = progress.add_task("simulations", total=len(cases) * args.repeats)
+        for policy, realloc in cases:
+            key = policy if len(intervals) == 1 or policy == "fifo" else f"{policy} @{realloc:g}s"
             runs = []
             for i in range(args.repeats):
-                progress.update(task, description=f"{policy}, run {i + 1}")
-                runs.append(in_child(trace, policy, args.seed))
+                progress.update(task, description=f"{key}, run {i + 1}")
+                runs.append(in_child(trace, policy, args.seed, realloc))
                 progress.advance(task)
             wall = statistics.median(r["wall_s"] for r in runs)
             gavel = GAVEL_S["fifo" if policy == "fifo" else "round"]
             figures = {(r["avg_jct_s"], r["makespan_s"]) for r in runs}
             same = len(figures) == 1
-            rows[policy] = {
+            rows[key] = {
+                "policy": policy,
+                "min_reallocation_s": realloc,
                 "wall_s": wall,
                 "cpu_s": statistics.median(r["cpu_s"] for r in runs),
                 "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in runs),
@@ -139,6 +149,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 "decisions": runs[0]["decisions"],
                 "avg_jct_s": runs[0]["avg_jct_s"],
                 "makespan_s": runs[0]["makespan_s"],
+                "preemptions_per_job": runs[0]["preemptions"] / max(1, runs[0]["jobs"]),
                 "same_figures_every_run": same,
                 "gavel_s": gavel,
                 "vs_gavel": gavel / wall if wall > 0 else None,
@@ -160,14 +171,15 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 def report(result: dict[str, Any], console: Console) -> None:
     t = Table(title=f"{result['trace']} on 64 V100 + 64 P100 + 64 K80 "
                     f"(medians of {result['repeats']})")  # fmt: skip
-    for col in ("policy", "wall (s)", "CPU (s)", "peak RSS (MB)", "events", "avg JCT (s)",
-                "makespan (s)", "Gavel (s)", "vs Gavel"):  # fmt: skip
+    for col in ("policy", "wall (s)", "CPU (s)", "peak RSS (MB)", "events", "decisions",
+                "avg JCT (s)", "makespan (s)", "preempt/job", "Gavel (s)", "vs Gavel"):  # fmt: skip
         t.add_column(col, justify="right")
     for policy, r in result["policies"].items():
         ratio = r["vs_gavel"]
         mark = "" if ratio is None or ratio >= result["goal_vs_gavel"] else " (below goal)"
         t.add_row(policy, f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", f"{r['peak_rss_mb']:,.0f}",
-                  f"{r['events']:,}", f"{r['avg_jct_s']:,.1f}", f"{r['makespan_s']:,.0f}",
+                  f"{r['events']:,}", f"{r['decisions']:,}", f"{r['avg_jct_s']:,.1f}",
+                  f"{r['makespan_s']:,.0f}", f"{r['preemptions_per_job']:.2f}",
                   f"{r['gavel_s']:.1f}", f"{ratio:.2f}x{mark}" if ratio else "-")  # fmt: skip
     console.print(t)
     console.print(f"src {src_label(result['source'])}; fabric {result['fabric']}; goal: "
@@ -182,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--policies", default="", help="comma-separated; default: every "
                         "round policy")  # fmt: skip
+    parser.add_argument("--min-reallocation-s", default="0", help="comma-separated "
+                        "re-allocation intervals for the round policies, s (0: at every "
+                        "round and change; Gavel: 1920)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     run_and_report(args, run, report, args.out)
