@@ -44,3 +44,29 @@ def test_memoised_requests_keep_what_differs_between_jobs_of_one_shape() -> None
     too_big = JobSpec.model_validate({"name": "k", "run": "x",
                                       "resources": {"accelerators": "H100:64"}})  # fmt: skip
     assert request_and_rejection("k", too_big, topo)[1] is not None
+
+
+def test_a_model_measured_at_zero_steps_is_never_offered() -> None:
+    # issue 27 item 2: a measured 0 steps/s means the job cannot run there (live as simulated)
+    from accelnet.fabric import load_fabric
+    from accelnet.sched import JobSpec
+    from accelnet.sched.jobinfo import hint_rate
+    from accelnet.sched.request import eligible_classes, rejection
+    from accelnet.sched.topology import Topology
+
+    def spec(throughput: dict[str, float], acc: str = "any:1") -> JobSpec:
+        return JobSpec.model_validate({"name": "j", "run": "x",
+                                       "workload": {"throughput": throughput},
+                                       "resources": {"accelerators": acc}})  # fmt: skip
+
+    topo = Topology(load_fabric("mixed-lab"))
+    every = {c.model.name for c in eligible_classes(spec({}), topo)}
+    assert "T4" in every and "H100-SXM" in every
+    # an alias counts as the model; the zero rules out that model and nothing else
+    left = {c.model.name for c in eligible_classes(spec({"Tesla-T4": 0.0, "H100": 9.0}), topo)}
+    assert left == every - {"T4"}
+    assert hint_rate(spec({"T4": 0.0, "H100-SXM": 9.0}), "T4", 2) == 0.0
+    assert rejection(spec({"T4": 0.0}), topo) is None  # other models remain
+    never = rejection(spec({"T4": 0.0}, "T4:1"), topo)
+    assert never is not None and never.key == "workload.throughput"
+    assert "0 steps/s on T4" in never.message and "T4: 0" in str(never.value)

@@ -140,6 +140,10 @@ def test_filled_gang_sizes_are_not_slower_and_never_superlinear(
     measured = {s: r for s, r in row.items() if r > 0}
     rate = model.rate(jt, name, count, consolidated)
     assert math.isfinite(rate)
+    zeros = {s for s, r in TABLE[wt].get(jt, {}).items() if r == 0}
+    if zeros and count >= min(zeros):  # measured infeasible from there on (Gavel's K80s)
+        assert rate == 0.0
+        return
     assert rate > 0
     if count in measured:
         return
@@ -178,15 +182,28 @@ def test_counts_between_measured_sizes_stay_between_their_neighbours(
     assert 35.0 < model.rate(LM10, "V100", 3, consolidated=False) <= 37.9
 
 
-def test_gavels_zero_entries_are_filled_from_other_worker_types(
-    model: ThroughputModel,
-) -> None:
-    # Gavel records 0.0 for ResNet-50 bs128 on 2/4/8 K80s; scaling comes from P100 and V100
-    one = model.rate(R50_128, "K80", 1)
-    for count in (2, 4, 8):
-        donors = [TABLE[wt][R50_128][count] / TABLE[wt][R50_128][1] for wt in ("p100", "v100")]
-        assert model.rate(R50_128, "K80", count) == pytest.approx(one * statistics.median(donors))
-    assert one < model.rate(R50_128, "K80", 2) < model.rate(R50_128, "K80", 4)
+def test_gavels_measured_zeros_are_infeasible(model: ThroughputModel) -> None:
+    # Gavel records 0.0 for ResNet-50 bs128 on 2/4/8 K80s: it does not run there (it used
+    # to be filled from the other worker types: 1.0576 steps/s on 4 K80s)
+    assert model.rate(R50_128, "K80", 1) == TABLE["k80"][R50_128][1]
+    for count in (2, 3, 4, 8, 16):  # measured zeros, and the sizes filled from them
+        assert model.rate(R50_128, "K80", count) == 0.0
+        assert model.rate(R50_128, "K80", count, consolidated=False) == 0.0
+    for name in ("V100", "P100"):  # the other worker types keep their measured figures
+        for count in (2, 4, 8):
+            assert model.rate(R50_128, name, count) == TABLE[name.lower()][R50_128][count]
+    assert model.rate(R50_128, "H100", 4) > 0  # a model Gavel never measured is not affected
+
+
+def test_a_zero_rules_out_the_sizes_filled_from_it() -> None:
+    m = ThroughputModel({"v100": {"X": {1: 10.0, 2: 18.0}}}, infeasible={"v100": {"X": [8]}})
+    assert m.rate("X", "V100", 4) == pytest.approx(32.4)  # filled from 2, measured
+    assert m.rate("X", "V100", 8) == 0.0 and m.rate("X", "V100", 16) == 0.0
+    only_zero = ThroughputModel({"v100": {"Y": {1: 5.0}}, "k80": {"Y": {1: 1.0}}},
+                                infeasible={"k80": {"Y": [2]}})  # fmt: skip
+    assert only_zero.rate("Y", "K80", 2) == 0.0 and only_zero.rate("Y", "K80", 1) == 1.0
+    with pytest.raises(ValueError, match="no throughput table for it"):
+        ThroughputModel({"v100": {"X": {1: 1.0}}}, infeasible={"p100": {"X": [2]}})
 
 
 def test_linear_scaling_at_the_documented_efficiency_without_donors() -> None:
@@ -270,6 +287,9 @@ def test_estimates_are_positive_and_finite_on_every_catalog_model(
             for count in (1, 3, 8):
                 rate = model.rate(jt, m.name, count)
                 assert math.isfinite(rate), (m.name, jt)
+                if (m.name, jt) == ("K80", R50_128) and count > 1:
+                    assert rate == 0.0  # measured: it does not fit
+                    continue
                 assert rate > 0, (m.name, jt)
     assert any(not has_figures(m) for m in device_models())  # Alveo-U250: int8 only
     assert model.per_device(R50, "CPU-core") < model.per_device(R50, "K80")
@@ -499,7 +519,8 @@ def test_a_compact_file_loads(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     m = ThroughputModel.gavel(path)
     assert m.job_types() == ("X",)
-    assert m.rate("X", "V100", 2) == pytest.approx(3.6)  # the zero is filled, not used
+    assert m.rate("X", "V100", 1) == 2.0
+    assert m.rate("X", "V100", 2) == 0.0  # a measured zero: it cannot run there
 
 
 @pytest.mark.parametrize(

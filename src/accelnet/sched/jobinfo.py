@@ -43,7 +43,7 @@ def hint_rate(spec: JobSpec, model: str, count: int) -> float:
             return value * count
     for name, value in hints.items():
         known = find_device_model(name)
-        if known is not None and target_peak > 0 and peak_tflops(known) > 0:
+        if value > 0 and known is not None and target_peak > 0 and peak_tflops(known) > 0:
             return value * target_peak / peak_tflops(known) * count
     return max(target_peak, 1e-3) * count
 

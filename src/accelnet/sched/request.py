@@ -185,15 +185,30 @@ def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
     return found
 
 
+def zero_models(spec: JobSpec) -> frozenset[str]:
+    """The device models (catalog names, and the names as written) the job's hints
+    measured at 0 steps/s: it cannot run there."""
+    names = set()
+    for name, value in spec.workload.throughput.items():
+        if value == 0:
+            found = find_device_model(name)
+            names.add(found.name if found is not None else name)
+            names.add(name)
+    return frozenset(names)
+
+
 def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
     res = spec.resources
     req = res.accelerators
     if res.cpu_only:
         return ()
     wanted, _ = canonical_models(spec, topo)
+    zero = zero_models(spec) if spec.workload.throughput else frozenset()
     out = []
     for c in topo.classes.values():
         if wanted and c.model.name not in wanted:
+            continue
+        if c.model.name in zero:
             continue
         if res.kind is not None and c.model.kind is not res.kind:
             continue
@@ -316,6 +331,17 @@ def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
             f"fabric {fabric.name!r} has no {'|'.join(wanted)}; models here: {', '.join(here)}",
         )
     classes = eligible_classes(spec, topo)
+    zero = zero_models(spec) if spec.workload.throughput else frozenset()
+    if not classes and zero:
+        left = [c for c in topo.classes.values() if c.model.name not in zero]
+        if len(left) < len(topo.classes):
+            zeroed = sorted(n for n in zero if n in {c.model.name for c in topo.classes.values()})
+            return Rejection(
+                "workload.throughput",
+                ", ".join(f"{n}: 0" for n in zeroed),
+                f"measured 0 steps/s on {', '.join(zeroed)}: the job cannot run there, and "
+                f"fabric {fabric.name!r} has no other device it may use",
+            )
     if not classes:
         res = spec.resources
         if res.min_memory_gb is not None:

@@ -390,8 +390,10 @@ class WorkloadSpec(SpecModel):
     )
     total_steps: StrictFloat | None = Field(None, gt=0, description="work to do, in steps")
     duration_s: StrictFloat | None = Field(None, gt=0, description="estimated run time, seconds")
-    throughput: dict[str, Annotated[StrictFloat, Field(gt=0)]] = Field(
-        default_factory=dict, description="measured steps/s per device model"
+    throughput: dict[str, Annotated[StrictFloat, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="measured steps/s per device model (0: measured, it cannot run there: "
+        "never placed on that model)",
     )
     bytes_per_step: StrictFloat | None = Field(None, ge=0, description="communicated per step")
     colocated: dict[str, Annotated[StrictFloat, Field(gt=0, le=1)]] = Field(

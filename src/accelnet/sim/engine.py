@@ -270,6 +270,8 @@ class Simulation:
         spec = self._specs[job.id] = job.spec()
         try:
             self._row[job.id] = row
+            if job.accelerators is None:  # any model: not one its gang cannot run on
+                spec = self._specs[job.id] = self._best.feasible(job, spec)
             self.controller.submit(spec, job_id=job.id)
         except JobRejectedError as exc:  # the fabric can never run it: say so, go on
             self.rejected[job.id] = str(exc)
@@ -367,6 +369,39 @@ class _BestRates:
         for (_, model), k in per_host.items():
             self.most_on_a_host[model] = max(k, self.most_on_a_host.get(model, 0))
         self._memo: dict[tuple[str, int], float] = {}
+        self._zero: dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    def feasible(self, job: SimJob, spec: JobSpec) -> JobSpec:
+        """``spec`` asking only for the models where the job's gang has a rate, when the
+        throughput model measured 0 steps/s for it on some (it cannot run there: it does
+        not fit); JobRejectedError naming them when no model of the fabric is left."""
+        key = (job.job_type, job.gpus)
+        found = self._zero.get(key)
+        if found is None:
+            fine: list[str] = []
+            none: list[str] = []
+            for model, count in self.total.items():
+                if count < job.gpus:
+                    continue
+                try:
+                    r = self.rates.rate(job.job_type, model, job.gpus)
+                except ValueError:
+                    continue  # a model the throughput model cannot rate: left as it is
+                (fine if r > 0 else none).append(model)
+            found = self._zero[key] = (tuple(fine), tuple(none))
+        ok, zero = found
+        if not zero:
+            return spec
+        if not ok:
+            raise JobRejectedError(
+                f"job {spec.name}: resources.accelerators = any:{job.gpus}: {job.job_type} "
+                f"on {job.gpus} devices runs at 0 steps/s (measured: it does not fit) on "
+                f"{', '.join(zero)}, the fabric's only models with {job.gpus} devices"
+            )
+        body = spec.model_dump(mode="json", exclude_unset=True)
+        body["resources"]["accelerators"] = {"count": job.gpus, "models": list(ok),
+                                             "prefer": "speed"}  # fmt: skip
+        return JobSpec.model_validate(body)
 
     def alone_s(self, job: SimJob) -> float:
         key = (job.job_type, job.gpus)

@@ -70,9 +70,14 @@ slower, a measured figure is returned as measured).
 7. **Speed.** :meth:`~ThroughputModel.rate` is memoised per instance (a dict keyed by its
    arguments): after the first call, one dict lookup.
 
-Gavel records 0.0 steps/s for three configurations (ResNet-50 bs128 on 2, 4 and 8 K80s).
-A zero would make a job never finish, so the loaders treat zeros as not measured and rule
-2 fills them.
+Gavel records 0.0 steps/s for three configurations (ResNet-50 bs128 on 2, 4 and 8 K80s):
+the job does not run there (it does not fit). **A measured zero is infeasible**:
+:meth:`~ThroughputModel.rate` returns 0.0 for that gang size, spread or not, and for the
+sizes rule 2 would fill from it (a size not measured whose nearest measured size below, or
+the smallest above if none is below, is a zero: 16 K80s there too). Rule 2 never fills from
+a zero. A rate of 0 is what the policies and the simulator read as "cannot run here": the
+LPs and the round plans leave such pairs out, and the simulator restricts a job's request
+to the models where its gang has a rate (or rejects it, saying why, where none has).
 """
 
 from __future__ import annotations
@@ -158,15 +163,22 @@ class ThroughputModel:
         reference: str = "V100",
         unconsolidated: Table | None = None,
         colocated: Colocation | None = None,
+        infeasible: Mapping[str, Mapping[str, Iterable[int]]] | None = None,
     ) -> None:
         """``colocated``: measured co-location factors (:mod:`accelnet.sim.colocation`),
-        keyed by the same worker types."""
+        keyed by the same worker types; ``infeasible``: worker type -> job type -> the gang
+        sizes measured at 0 steps/s (the job cannot run there: see the module's notes)."""
         if not tables:
             raise ValueError("a throughput model needs at least one worker type's rates")
         self._tables: dict[str, _Rows] = {
             wt: _clean_rows(rows, f"throughput table {wt!r}") for wt, rows in tables.items()
         }
         self._unc: dict[str, _Rows] = {}
+        self._zeros: dict[str, dict[str, frozenset[int]]] = {}
+        for wt, rows in (infeasible or {}).items():
+            if wt not in self._tables:
+                raise ValueError(f"infeasible sizes for {wt!r}: no throughput table for it")
+            self._zeros[wt] = {jt: frozenset(sizes) for jt, sizes in rows.items() if sizes}
         self._colo = colocated if colocated is not None else Colocation({})
         for wt in self._colo.worker_types():
             if wt not in tables:
@@ -232,6 +244,7 @@ class ThroughputModel:
             colo = pairs_from_gavel(doc, where)
         tables: dict[str, _Rows] = {}
         unc: dict[str, _Rows] = {}
+        zeros: dict[str, dict[str, list[int]]] = {}
         for wt, rows in raw.items():
             measured = {jt: {s: r for s, r in row.items() if r > 0} for jt, row in rows.items()}
             measured = {jt: row for jt, row in measured.items() if row}
@@ -239,12 +252,16 @@ class ThroughputModel:
                 unc[wt.removesuffix(_UNCONSOLIDATED)] = measured
             else:
                 tables[wt] = measured
+            base = zeros.setdefault(wt.removesuffix(_UNCONSOLIDATED), {})
+            for jt, row in rows.items():
+                base.setdefault(jt, []).extend(s for s, r in row.items() if r == 0)
         for wt in unc:
             if wt not in tables:
                 raise ValueError(f"{where}: {wt + _UNCONSOLIDATED!r} without {wt!r}")
         device_model(reference)  # an unknown reference is not the file's fault
         try:
-            return cls(tables, reference, unc, colo)
+            infeasible = {wt: z for wt, z in zeros.items() if wt in tables}
+            return cls(tables, reference, unc, colo, infeasible)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from exc
 
@@ -349,6 +366,8 @@ class ThroughputModel:
             ratio = _peak_tflops(m) / _peak_tflops(self._ref)
             return ratio * self._generic_scale(count, consolidated)
         wt = self._wt_of.get(m.name)
+        if wt is not None and self._infeasible(wt, job_type, count):
+            return 0.0  # measured at 0 steps/s: it cannot run there
         if wt is not None and job_type in self._tables[wt]:
             return self._wt_rate(wt, job_type, count, consolidated)
         single = self._roofline(job_type, m)
@@ -357,6 +376,22 @@ class ThroughputModel:
         sw = self._scaling_wt(job_type)
         gang = self._wt_rate(sw, job_type, count, consolidated)
         return single * gang / self._wt_rate(sw, job_type, 1, True)
+
+    def _infeasible(self, wt: str, job_type: str, count: int) -> bool:
+        """Whether ``count`` devices of worker type ``wt`` cannot run ``job_type``: that
+        size was measured at 0, or it was not measured and the nearest measured size below
+        it (the smallest above, if none is below) was."""
+        zeros = self._zeros.get(wt, {}).get(job_type)
+        if not zeros:
+            return False
+        row = self._tables[wt].get(job_type, {})
+        if count in row:
+            return False
+        if count in zeros:
+            return True
+        sizes = zeros | row.keys()
+        below = [s for s in sizes if s < count]
+        return (max(below) if below else min(sizes)) in zeros
 
     def _wt_rate(self, wt: str, job_type: str, count: int, consolidated: bool) -> float:
         """Rules 2 and 3 on a measured worker type."""
