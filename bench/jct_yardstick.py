@@ -304,7 +304,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with console.status("the JCT LP bound (60 s intervals)"):
         model = ThroughputModel.gavel()
         jobs, _ = load_trace(str(path), model, 0)
-        bound = jct_lp(load_fabric("gavel-48"), jobs, model_rates(model), 60.0)
+        bound = jct_lp(load_fabric("gavel-48"), jobs, model_rates(model), 60.0, 2_000_000)
     found = search(inst, seeds, args.steps, args.t0, limit, console)
     feasible = [s.best.avg_jct_s for s in found if s.best.makespan_s <= limit]
     return {

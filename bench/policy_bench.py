@@ -126,9 +126,10 @@ def lp_context(model: ThroughputModel, jobs: int, seed: int) -> RoundContext:
 
 
 def jct_bound(model: ThroughputModel, trace: str, seed: int, step_s: float) -> float | None:
-    """The LP lower bound on the average JCT of a trace on gavel-48."""
+    """The LP lower bound on the average JCT of a trace on gavel-48 (up to 2,000,000
+    columns: the fine grid of 60 s intervals is kept, at about 1 GB)."""
     jobs, _ = load_trace(trace, model, seed)
-    return jct_lp(load_fabric("gavel-48"), jobs, model_rates(model), step_s)
+    return jct_lp(load_fabric("gavel-48"), jobs, model_rates(model), step_s, 2_000_000)
 
 
 def packed_lp_s(model: ThroughputModel, jobs: int, seed: int, repeats: int) -> dict[str, Any]:

@@ -54,28 +54,39 @@ def makespan_lp(
     return best or None
 
 
-JCT_LP_MAX_COLUMNS = 2_000_000  # larger problems skip the JCT bound
+JCT_LP_MAX_COLUMNS = 100_000  # the LP is capped at this size (~150 MB of memory)
 
 
 def jct_lp(
-    fabric: Fabric, jobs: Sequence[SimJob], rates: RateFn, step_s: float = 360.0
+    fabric: Fabric,
+    jobs: Sequence[SimJob],
+    rates: RateFn,
+    step_s: float = 360.0,
+    max_columns: int = JCT_LP_MAX_COLUMNS,
 ) -> float | None:
     """A lower bound on the average JCT from a time-indexed fluid LP, for schedules that
-    do not pack jobs on shared devices (None: no jobs, or a problem too large).
+    do not pack jobs on shared devices (None: no jobs, a job that cannot run, or a problem
+    too large even on a coarse grid); never below the run-alone bound (the average time
+    each job takes alone on its fastest gang), which it is the larger of.
 
     Time is cut into intervals of ``step_s`` from the first arrival (the last one open to a
-    horizon by which everything can be done). ``y[j][m][k]``: the fraction of interval
-    ``k`` job ``j`` runs on model ``m`` (at its gang's one-host rate, none before its
-    arrival), at most the whole interval over all models, no model over-committed, every
-    job's work done. Any real schedule gives such fractions. A job's *mean busy time*
-    (the average, over its work, of the time each part is done) is at least the sum over
+    horizon by which everything can be done); where that would make more than
+    ``max_columns`` columns (:data:`JCT_LP_MAX_COLUMNS`: about 150 MB), into fewer, longer
+    intervals over the same span (a coarser grid gives a looser bound, never a wrong one).
+    ``y[j][m][k]``: the fraction of interval ``k`` job ``j`` runs on model ``m`` (at its
+    gang's one-host rate, none before its arrival), at most the whole interval over all
+    models, no model over-committed, every job's work done. Any real schedule gives such
+    fractions. A job's *mean busy time* (the average, over its work, of the time each part
+    is done) is at least the sum over
     its fractions of the work they do times the later of the interval's start and the
     arrival, and a job that cannot run faster than its fastest gang, ``alone`` seconds in
     all, ends at least ``alone / 2`` after its mean busy time. So the LP's least total
     mean busy time, plus ``alone / 2`` minus the arrival for every job, over the number of
     jobs, is never above a real schedule's average JCT (Goemans et al.'s mean-busy-time
     relaxation). It ignores gang integrality, rounds and placement; packing (two jobs
-    sharing devices, both progressing) is outside it.
+    sharing devices, both progressing) is outside it. Counting work from an interval's
+    start loses up to half an interval per job, so on a light load (few jobs waiting) the
+    relaxation alone can fall below the run-alone bound: the larger of the two is returned.
     """
     if not jobs or not step_s > 0:
         return None
@@ -91,6 +102,7 @@ def jct_lp(
         if not rate or j.work <= 0:
             return None  # a job that cannot run (or has no work) has no bound
         table.append((j, rate, j.work / max(rate.values())))
+    alone_avg = sum(alone for _, _, alone in table) / len(table)
     first = min(j.arrival for j in jobs)
     span = max(j.arrival for j in jobs) - first
     # everything one after the other on its fastest gang: done by then in any case
@@ -98,41 +110,63 @@ def jct_lp(
     # a fine grid where the work is likely done (twice the load spread over the devices
     # after the last arrival), then one interval to the horizon
     busy = sum(alone * j.gpus for j, _, alone in table) / sum(capacity.values())
-    fine = span + 2 * busy + max(alone for _, _, alone in table)
-    k_count = min(math.ceil(min(fine, horizon) / step_s),
-                  JCT_LP_MAX_COLUMNS // (len(jobs) * len(models)))  # fmt: skip
+    fine = min(span + 2 * busy + max(alone for _, _, alone in table), horizon)
+    pairs = sum(len(rate) for _, rate, _ in table)
+    k_count = math.ceil(fine / step_s)
+    most = max_columns // pairs - 1  # intervals the cap allows (one more: the tail)
+    if most < 1:
+        return alone_avg  # too many jobs for even one interval each: the run-alone bound
+    if k_count > most:
+        k_count, step_s = most, fine / most
     starts = first + np.arange(k_count + 1) * step_s
     ends = np.append(starts[1:], first + max(horizon, (k_count + 1) * step_s))
     k_count += 1
-    cols_j, cols_m, cols_k, cost, work, upper = [], [], [], [], [], []
+    found = _solve_mbt(table, models, capacity, starts, ends, first)
+    if found is None:
+        return alone_avg
+    total = found + sum(alone / 2 - (j.arrival - first) for j, _, alone in table)
+    return max(total / len(table), alone_avg)
+
+
+def _solve_mbt(
+    table: Sequence[tuple[SimJob, dict[str, float], float]],
+    models: Sequence[str],
+    capacity: dict[str, int],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    first: float,
+) -> float | None:
+    """The least total mean busy time (from ``first``) of :func:`jct_lp`'s LP over the
+    intervals ``[starts[k], ends[k])``, built column block by column block in numpy; None
+    if HiGHS finds no optimum."""
+    k_count = len(starts)
+    lengths = ends - starts
+    blocks_j, blocks_m, blocks_k, blocks_cost, blocks_work, blocks_up = [], [], [], [], [], []
     for i, (j, rate, _) in enumerate(table):
         k0 = int(np.searchsorted(ends, j.arrival, side="right"))
+        ks = np.arange(k0, k_count)
+        begin = np.maximum(starts[ks], j.arrival)
+        up = np.minimum(1.0, (ends[ks] - begin) / lengths[ks])
         for m, r in rate.items():
-            for k in range(k0, k_count):
-                length = ends[k] - starts[k]
-                begin = max(starts[k], j.arrival)
-                done = r * length / j.work  # fraction of the job a whole interval does
-                cols_j.append(i)
-                cols_m.append(models.index(m))
-                cols_k.append(k)
-                cost.append(done * (begin - first))
-                work.append(done)
-                upper.append(min(1.0, (ends[k] - begin) / length))
-    n = len(cost)
-    if n > JCT_LP_MAX_COLUMNS:
-        return None
-    jj, mm, kk = np.array(cols_j), np.array(cols_m), np.array(cols_k)
+            done = r * lengths[ks] / j.work  # fraction of the job a whole interval does
+            blocks_j.append(np.full(ks.size, i))
+            blocks_m.append(np.full(ks.size, models.index(m)))
+            blocks_k.append(ks)
+            blocks_cost.append(done * (begin - first))
+            blocks_work.append(done)
+            blocks_up.append(up)
+    jj, mm, kk = np.concatenate(blocks_j), np.concatenate(blocks_m), np.concatenate(blocks_k)
+    work = np.concatenate(blocks_work)
+    n = jj.size
     cols = np.arange(n)
-    gang = np.array([float(table[i][0].gpus) for i in cols_j])
+    gang = np.array([float(table[i][0].gpus) for i in range(len(table))])[jj]
     rows = np.concatenate([jj * k_count + kk, len(table) * k_count + mm * k_count + kk])
     a_ub = coo_matrix((np.concatenate([np.ones(n), gang]), (rows, np.concatenate([cols, cols]))),
                       shape=(len(table) * k_count + len(models) * k_count, n)).tocsr()  # fmt: skip
     b_ub = np.concatenate([np.ones(len(table) * k_count),
                            np.repeat([float(capacity[m]) for m in models], k_count)])  # fmt: skip
     a_eq = coo_matrix((work, (jj, cols)), shape=(len(table), n)).tocsr()
-    res = linprog(np.array(cost), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(len(table)),
-                  bounds=list(zip([0.0] * n, upper, strict=True)), method="highs")  # fmt: skip
-    if res.status != 0:
-        return None
-    total = float(res.fun) + sum(alone / 2 - (j.arrival - first) for j, _, alone in table)
-    return total / len(table)
+    bounds = np.column_stack([np.zeros(n), np.concatenate(blocks_up)])
+    res = linprog(np.concatenate(blocks_cost), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq,
+                  b_eq=np.ones(len(table)), bounds=bounds, method="highs")  # fmt: skip
+    return float(res.fun) if res.status == 0 else None

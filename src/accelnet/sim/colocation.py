@@ -48,6 +48,12 @@ class Colocation:
     def __bool__(self) -> bool:
         return any(self._pairs.values())
 
+    def max_gain(self) -> float:
+        """The most work two jobs sharing devices do together, in units of one job's work
+        alone there (``max(fa + fb)``; 1.0 with no pairs): no device does more."""
+        return max((fa + fb for rows in self._pairs.values() for fa, fb in rows.values()),
+                   default=1.0)  # fmt: skip
+
     def worker_types(self) -> tuple[str, ...]:
         """Worker types with measured pairs."""
         return tuple(sorted(wt for wt, rows in self._pairs.items() if rows))

@@ -215,6 +215,7 @@ class Simulation:
         notes = [f"rejected {jid}: {why}" for jid, why in list(self.rejected.items())[:5]]
         if len(self.rejected) > 5:
             notes.append(f"... and {len(self.rejected) - 5} more jobs rejected")
+        packs = self._packs()
         result = SimResult(
             policy=self.policy,
             fabric=self.fabric.name,
@@ -229,15 +230,26 @@ class Simulation:
             decisions=self.decisions,
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             notes=notes,
-            makespan_lp_s=makespan_lp(self.fabric, self._first, model_rates(self.rates)),
-            jct_lp_s=self._jct_bound(),
-        )
+            makespan_lp_s=None if packs else makespan_lp(self.fabric, self._first,
+                                                         model_rates(self.rates)),
+            jct_lp_s=self._jct_bound(packs),
+            pair_gain=self.rates.max_pair_gain() if packs else 1.0,
+        )  # fmt: skip
+        if packs:
+            result.notes.append(
+                "bounds: a policy that packs jobs on shared devices does more than one job's "
+                f"work per device (up to {result.pair_gain:.2f}x here): the makespan bound's "
+                "area term allows for that, and the fluid-LP bounds (which do not) are left out"
+            )
         return result
 
-    def _jct_bound(self) -> float | None:
+    def _packs(self) -> bool:
+        """Whether the policy may pack two jobs on the same devices (space sharing)."""
+        return bool(getattr(getattr(self.scheduler, "policy", None), "packs", False))
+
+    def _jct_bound(self, packs: bool) -> float | None:
         """The LP bound on the average JCT, if asked for, the trace is not too long and the
         policy does not pack jobs (the bound does not hold for packed schedules)."""
-        packs = getattr(getattr(self.scheduler, "policy", None), "packs", False)
         if not self.jct_bound or len(self._first) > MAX_JOBS or packs:
             return None
         return jct_lp(self.fabric, self._first, model_rates(self.rates))

@@ -20,9 +20,13 @@ Definitions:
 - *energy* = integral of ``power_w`` from the first sample to the simulation's end.
 - *deadlines*: a finished job misses its deadline if it ended after it, a failed or
   cancelled one always, an unfinished one if the simulation ended past it.
-- *makespan_lb* = max(sum(alone_s * gpus) / devices, max(arrival + alone_s) - first
-  arrival, and the engine's LP bound ``result.makespan_lp_s`` when it has one: the fluid
-  allocation LP's makespan for the jobs arriving from some time on, plus that time);
+- *makespan_lb* = max(sum(alone_s * gpus) / devices / pair_gain, max(arrival + alone_s) -
+  first arrival, and the engine's LP bound ``result.makespan_lp_s`` when it has one: the
+  fluid allocation LP's makespan for the jobs arriving from some time on, plus that time).
+  ``result.pair_gain`` is 1 unless the policy packs jobs on shared devices: then it is the
+  most two jobs sharing devices do together in units of one job's work alone (each keeps
+  at most its rate alone, so the second term holds as it is), and the engine computes no
+  LP bounds, which do not model space sharing;
   *jct_lb_avg* = mean(alone_s); *jct_lp_avg* = the engine's LP bound on the average JCT
   ``result.jct_lp_s`` (:func:`accelnet.sim.bounds.jct_lp`), when asked for and every job
   finished.
@@ -347,7 +351,9 @@ def compute(result: SimResult) -> Metrics:
     if ends.size:
         work = _seqsum(cols.alone_s[done] * cols.gpus[done])
         spread = float((cols.arrival[done] + cols.alone_s[done]).max()) - first_arrival
-        makespan_lb = max(work / devices if devices > 0 else 0.0, spread)
+        # packed pairs do up to pair_gain jobs' work per device: the area term allows for it
+        area = work / devices / result.pair_gain if devices > 0 else 0.0
+        makespan_lb = max(area, spread)
     if makespan_lb is not None and result.makespan_lp_s is not None and ends.size == n_jobs:
         makespan_lb = max(makespan_lb, result.makespan_lp_s)
     jct_lb = _seqsum(cols.alone_s[done]) / ends.size if ends.size else None

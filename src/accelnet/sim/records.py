@@ -97,4 +97,7 @@ class SimResult:
     peak_rss_mb: float = 0.0
     notes: list[str] = field(default_factory=list)
     makespan_lp_s: float | None = None  # an LP lower bound on the makespan, if computed
+    # the most a device's work grows under this run's policy (1.0: it never packs jobs;
+    # a policy that packs: the throughput model's best pair), what the area bound allows for
+    pair_gain: float = 1.0
     jct_lp_s: float | None = None  # an LP lower bound on the average JCT, if asked for

@@ -318,6 +318,11 @@ class ThroughputModel:
         wt = self._wt_of.get(found.name) if found is not None else None
         return None if wt is None else self._colo.factors(wt, a, b, count)
 
+    def max_pair_gain(self) -> float:
+        """The most a device's work grows when two jobs share it (:meth:`Colocation.max_gain`,
+        at least 1.0): what a makespan bound must allow for under a policy that packs."""
+        return max(1.0, self._colo.max_gain())
+
     def per_device(self, job_type: str, model: str) -> float:
         """Steps/s of one device of ``model``."""
         return self.rate(job_type, model, 1)
