@@ -76,3 +76,18 @@ def test_the_jct_lp_stays_within_its_size_on_a_long_trace(monkeypatch: pytest.Mo
     alone = [j.work / max(MODEL.rate(j.job_type, m, j.gpus) for m in ("V100", "P100", "K80"))
              for j in jobs]  # fmt: skip
     assert found is not None and found >= sum(alone) / len(alone) - 1e-6
+
+
+def test_the_printed_jct_lp_bound_is_never_below_the_printed_run_alone_bound() -> None:
+    # two V100s on two hosts: a 2-GPU gang spans them, and with the spread penalty it runs
+    # alone slower than at the LP's one-host rate: the LP's own figure (5,000 s at the
+    # one-host rate, against 21,713 s spread) used to be printed below the run-alone bound
+    fab = load_fabric("fat-tree:hosts=2,gpus_per_host=1,model=V100")
+    lm = "LM (batch size 20)"
+    job = SimJob("a", 0.0, lm, 2, MODEL.rate(lm, "V100", 2) * 5000)
+    result = Simulation(fab, [job], make_scheduler("fifo", MODEL), MODEL,
+                        jct_bound=True).run()  # fmt: skip
+    m = compute(result)
+    assert result.jct_lp_s is not None and m.jct_lb_avg_s is not None
+    assert result.jct_lp_s < m.jct_lb_avg_s  # the LP's own figure, at the one-host rate
+    assert m.jct_lp_avg_s == m.jct_lb_avg_s <= m.jct.avg

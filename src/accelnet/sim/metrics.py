@@ -29,7 +29,8 @@ Definitions:
   LP bounds, which do not model space sharing;
   *jct_lb_avg* = mean(alone_s); *jct_lp_avg* = the engine's LP bound on the average JCT
   ``result.jct_lp_s`` (:func:`accelnet.sim.bounds.jct_lp`), when asked for and every job
-  finished.
+  finished, or *jct_lb_avg* where that is larger (the LP runs gangs at their one-host
+  rate; with the spread penalty, ``alone_s`` can be longer).
 """
 
 from __future__ import annotations
@@ -389,7 +390,11 @@ def compute(result: SimResult) -> Metrics:
         deadline_missed=deadline_missed,
         makespan_lb_s=makespan_lb,
         jct_lb_avg_s=jct_lb,
-        jct_lp_avg_s=result.jct_lp_s if ends.size == n_jobs else None,
+        jct_lp_avg_s=(
+            max(result.jct_lp_s, jct_lb or 0.0)
+            if result.jct_lp_s is not None and ends.size == n_jobs
+            else None
+        ),
         makespan_ratio=_ratio(makespan, makespan_lb),
         jct_ratio=_ratio(jct.avg, jct_lb),
         wall_s=result.wall_s,
