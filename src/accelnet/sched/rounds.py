@@ -163,10 +163,15 @@ class Window:
 
 class RoundPolicy(ABC):
     """Computes an allocation (and, if it wants, its own order of (job, model) pairs).
-    ``preemptive``: whether a new round may stop running jobs (else they run to the end)."""
+    ``preemptive``: whether a new round may stop running jobs (else they run to the end).
+    ``rotates``: whether its stops mostly take turns, time-slicing jobs that all hold an
+    allocation (fairness by time received): such stops gain little each, so the round
+    scheduler makes a job run a while before one (:attr:`RoundScheduler.stop_overhead`).
+    Policies whose stops put a job that finishes sooner or is owed a share first do not."""
 
     name = "?"
     preemptive = True
+    rotates = False
     packs = False  # whether allocate() may return a PackedAllocation (space sharing)
 
     @abstractmethod
@@ -257,11 +262,14 @@ class RoundScheduler(Scheduler):
         colocated: PairRateFn | None = None,
         stop_cost: StopCost | None = None,
         min_reallocation_s: float = 0.0,
+        stop_overhead: float | None = 0.01,
     ) -> None:
         if not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
         if not (math.isfinite(min_reallocation_s) and min_reallocation_s >= 0):
             raise ValueError(f"min_reallocation_s must be >= 0 s, got {min_reallocation_s}")
+        if stop_overhead is not None and not 0 < stop_overhead <= 1:
+            raise ValueError(f"stop_overhead must be in (0, 1], got {stop_overhead}")
         super().__init__("fifo", placement, "none", rates=rates)
         self.policy = policy
         self.round_s = round_s
@@ -279,6 +287,9 @@ class RoundScheduler(Scheduler):
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
         self.stop_cost = stop_cost or StopCost()
+        # a round stops a running job only once it has run stop cost / stop_overhead since
+        # it (re)started (at most an accounting window): see _stoppable (None: no floor)
+        self.stop_overhead = stop_overhead
         # each job's rates per model, kept across decisions: (spec, rate fn, room, rates)
         self._all: tuple[object, dict[str, int]] = (None, {})  # topology, devices per model
         self._tput: dict[str, tuple[JobSpec, RateFn, tuple[tuple[str, int], ...],
@@ -436,13 +447,23 @@ class RoundScheduler(Scheduler):
 
     def _stoppable(self, job: JobView, info: JobInfo) -> bool:
         """Whether a round may stop ``job``: it is checkpointable (else it would lose its
-        work) and, if its remaining time is known, it has more left than a stop costs (it
-        would end before it was running again)."""
+        work); under a policy that rotates (:attr:`RoundPolicy.rotates`), it has run at
+        least its stop cost over ``stop_overhead`` since it (re)started,
+        or a whole accounting window (``reset_s``, 1,920 s) if that is less (each stop then
+        costs it at most that fraction of the run before, and a round's rotation does not
+        stop a job at every round when stops are dear, while the time each job receives is
+        still evened out within a window); and, if its remaining time is known, it has more
+        left than a stop costs (it would end before it was running again)."""
         if not job.spec.checkpointable:
             return False
+        cost = self.stop_cost.of(job.spec)
+        if self.stop_overhead is not None and self.policy.rotates and job.started_at is not None:
+            floor = min(cost / self.stop_overhead, self.window.reset_s)
+            if info.now - job.started_at < floor:
+                return False
         p = job.placement
         left = None if p is None else info.remaining_s(job, p.model)
-        return left is None or left > self.stop_cost.of(job.spec)
+        return left is None or left > cost
 
     def _repack(self, job: JobView, mates_now: Mapping[str, str]) -> bool:
         """Whether a running job must stop to run packed anew: it runs whole but is planned

@@ -150,6 +150,7 @@ class Energy(RoundPolicy):
     given up for efficiency)."""
 
     name = "energy"
+    rotates = True  # time-slices by time received (see RoundPolicy.rotates)
 
     def __init__(
         self,

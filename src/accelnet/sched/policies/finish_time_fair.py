@@ -140,6 +140,7 @@ class FinishTimeFair(RoundPolicy):
     """
 
     name = "finish-time-fair"
+    rotates = True  # time-slices by time received (see RoundPolicy.rotates)
 
     def __init__(self, rel_gap: float = 1e-6, max_iter: int = 30) -> None:
         if not rel_gap > 0:

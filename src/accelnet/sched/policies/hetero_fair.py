@@ -69,6 +69,7 @@ class HeteroFair(RoundPolicy):
     """Max-min fairness over normalised effective throughput (see the module docstring)."""
 
     name = "hetero-fair"
+    rotates = True  # time-slices by time received (see RoundPolicy.rotates)
 
     def __init__(self) -> None:
         self._solved: Memo[list[dict[str, float] | None]] = Memo()

@@ -54,6 +54,7 @@ class MinMakespan(RoundPolicy):
     """Minimise the time until every active job is done (see the module docstring)."""
 
     name = "min-makespan"
+    rotates = True  # time-slices by time received (see RoundPolicy.rotates)
 
     def theta(self, ctx: RoundContext) -> float | None:
         """The best ``1 / makespan`` an allocation reaches (None if the LP fails)."""

@@ -56,6 +56,7 @@ class Las(_Ranked):
     """Tiresias 2D-LAS with discretised queues (see the module docstring)."""
 
     name = "las"
+    rotates = True  # time-slices by time received (see RoundPolicy.rotates)
 
     def key(self, ctx: RoundContext, job: JobView) -> tuple[float, ...]:
         """(queue, submission time)."""
