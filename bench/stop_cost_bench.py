@@ -18,7 +18,10 @@ Gavel's kind of cluster with one GPU per host, ``n`` V100 + ``n`` P100 + ``n`` K
 
 Figures: average JCT, its ratio to the run-alone bound (the average of each job's time
 alone on the fabric's best devices), stops (preemptions) per job, makespan. Simulations are
-deterministic; they run ``--workers`` at a time (processes).
+deterministic; they run ``--workers`` at a time (processes). Beside them, per trace, the
+LP lower bound on the average JCT (:func:`accelnet.sim.bounds.jct_lp`, gangs at their
+one-host rate, as Gavel) over the run-alone bound as Gavel: how close to the run-alone
+bound any schedule can come on that trace (``--bounds-only`` computes just these).
 
 Run from the project root::
 
@@ -75,6 +78,26 @@ def gap_for(jobs: int, seed: int, devices: int, load: float) -> float:
     return area / devices / jobs / load
 
 
+def lp_ratio(case: tuple[int, int, float]) -> dict[str, Any]:
+    """(jobs, seed, gap) -> the trace's LP bound on the average JCT and the run-alone
+    bound, both as Gavel (one-host rates), and their ratio."""
+    from accelnet.fabric.build import build_fabric, parse_spec
+    from accelnet.sim.bounds import jct_lp
+    from accelnet.sim.policies import model_rates
+    from accelnet.sim.throughput import ThroughputModel
+    from accelnet.sim.traces import load_trace
+
+    jobs_n, seed, gap = case
+    fab = build_fabric(parse_spec(fabric_spec(jobs_n // 25), "<bench>"), "<bench>")
+    model = ThroughputModel.gavel()
+    jobs, _ = load_trace(f"gavel-gen:n={jobs_n},lam={gap:.0f},seed={seed}", model, seed)
+    alone = [j.work / max(model.rate(j.job_type, m, j.gpus) for m in MODELS) for j in jobs]
+    lb = sum(alone) / len(alone)
+    lp = jct_lp(fab, jobs, model_rates(model)) or lb
+    return {"jobs": jobs_n, "seed": seed, "jct_lp_avg_s": lp, "jct_lb_avg_s": lb,
+            "lp_over_alone": lp / lb}  # fmt: skip
+
+
 def one_run(case: tuple[int, int, float, str, str]) -> dict[str, Any]:
     """One simulation: (jobs, seed, gap, policy, setting) -> its figures."""
     from accelnet.fabric.build import build_fabric, parse_spec
@@ -114,6 +137,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     gaps = {(n, s): gap_for(n, s, 3 * (n // 25), args.load) for n in sizes for s in seeds}
     cases = [(n, s, gaps[(n, s)], p, setting) for n in sizes for s in seeds for p in policies
              for setting in SETTINGS]  # fmt: skip
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        lps = pool.map(lp_ratio, [(n, s, gaps[(n, s)]) for n in sizes for s in seeds])
+    if args.bounds_only:
+        cases = []
     rows: list[dict[str, Any]] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:  # fmt: skip
@@ -123,7 +150,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 rows.append(row)
                 progress.advance(task)
     summary: dict[str, dict[str, dict[str, float]]] = {}
-    for n in sizes:
+    for n in sizes if cases else []:
         for p in policies:
             for setting in SETTINGS:
                 mine = [
@@ -144,6 +171,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "load": args.load,
         "gaps_s": {f"{n} jobs, seed {s}": g for (n, s), g in gaps.items()},
         "source": source_state(),
+        "lp_bounds": lps,
         "summary": summary,
         "runs": sorted(rows, key=lambda r: (r["jobs"], r["seed"], r["policy"], r["setting"])),
     }
@@ -166,6 +194,10 @@ def report(result: dict[str, Any], console: Console) -> None:
                           f"{s['preemptions_per_job_median']:.2f}"]  # fmt: skip
             t.add_row(size, policy, *cells)
     console.print(t)
+    for b in result.get("lp_bounds", []):
+        console.print(f"{b['jobs']} jobs, seed {b['seed']}: LP bound on the average JCT "
+                      f"{b['jct_lp_avg_s']:,.0f} s = {b['lp_over_alone']:.3f}x the run-alone "
+                      f"bound {b['jct_lb_avg_s']:,.0f} s (as Gavel)")  # fmt: skip
     console.print(f"src {src_label(result['source'])}; gaps {result['gaps_s']}")
 
 
@@ -177,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--policies", default="hetero-fair,hetero-jct,las,finish-time-fair,"
                         "min-makespan")  # fmt: skip
     parser.add_argument("--workers", type=int, default=2, help="simulations at a time")
+    parser.add_argument("--bounds-only", action="store_true", help="only the LP bounds")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     run_and_report(args, run, report, args.out)
