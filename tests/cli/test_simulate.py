@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from accelnet.cli.main import app
@@ -134,6 +135,8 @@ def test_a_reallocation_interval_from_the_command_line(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     runs = {run["policy"]: run["metrics"] for run in json.loads(r.stdout)["runs"]}
     assert runs["hetero-fair"]["jobs"]["finished"] == 40
+    hf = runs["hetero-fair"]  # stops are reported per job beside the count
+    assert hf["preemptions_per_job"] == pytest.approx(hf["preemptions"] / 40, abs=1e-6)
     plain = simulate("--fabric", "gavel-48", "--trace", trace, "--json")
     assert json.loads(plain.stdout)["runs"][0]["metrics"]["jct_s"] == runs["fifo"]["jct_s"]
     r = simulate("--fabric", "gavel-48", "--trace", trace, "--policy", "hetero-fair",

@@ -214,6 +214,7 @@ class Metrics:
                 "peak_power_w": _r(self.peak_power_w),
             },
             "preemptions": self.preemptions,
+            "preemptions_per_job": _r(self.preemptions / max(1, self.jobs_total)),
             "failures": self.failures,
             "deadlines": {"jobs": self.deadline_jobs, "missed": self.deadline_missed},
             "bounds": {
