@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from accelnet.devices import DeviceState
 from accelnet.fabric import load_fabric
+from accelnet.sched import Snapshot
 from accelnet.sched.colocate import PackedAllocation
 from accelnet.sched.policies import make_scheduler as sched_make
 from accelnet.sched.policies.hetero_fair import HeteroFair
@@ -18,7 +20,18 @@ from accelnet.sim.policies import make_scheduler
 from accelnet.sim.throughput import ThroughputModel
 from accelnet.sim.traces import stream_trace
 
-from .test_rounds import V100_K80, VIA, Decider, job, models_started, rates_of, running
+from .test_rounds import (
+    K80,
+    V100,
+    V100_K80,
+    VIA,
+    Decider,
+    fabric,
+    job,
+    models_started,
+    rates_of,
+    running,
+)
 
 TABLE = {n: {"V100": 4.0, "K80": 1.0} for n in ("a", "b", "c")}
 
@@ -134,3 +147,49 @@ def test_in_the_simulator_an_interval_solves_less_and_every_job_still_ends() -> 
     assert len(every.jobs) == len(gavel.jobs) == 60
     assert all(j.end is not None for j in gavel.jobs)
     assert solves_gavel < solves_every / 2
+
+
+def test_a_job_that_leaves_and_comes_back_is_solved_for_when_due() -> None:
+    # b waits out a retry backoff (hidden from the scheduler) and comes back: the jobs are
+    # the same as at the last solve, but the allocation had dropped b, so it is stale
+    policy = Counting()
+    sched = RoundScheduler(policy, round_s=100.0, rates=rates_of(TABLE), min_reallocation_s=1000.0)
+    a, b = job("a", 0.0), job("b", 0.0)
+    sched.decide(Snapshot.all_ready(V100_K80, (a, b), 1.0))
+    sched.decide(Snapshot.all_ready(V100_K80, (a,), 3.0))  # b away: dropped, not solved
+    d = sched.decide(Snapshot.all_ready(V100_K80, (a, b), 500.0))  # back, not yet due
+    assert len(policy.solves) == 1 and d.time_shares is not None and set(d.time_shares) == {"a"}
+    d = sched.decide(Snapshot.all_ready(V100_K80, (a, b), 1500.0))  # due: solved for both
+    assert policy.solves[-1] == {"a", "b"} and len(policy.solves) == 2
+    assert d.time_shares is not None and set(d.time_shares) == {"a", "b"}
+
+
+def test_a_model_that_is_gone_is_solved_without_at_once() -> None:
+    # the V100 drains before the interval is due: a standing allocation on it would plan
+    # jobs onto devices that are not there (and hetero-jct-packed's pairs raised KeyError)
+    policy = Counting()
+    sched = RoundScheduler(policy, round_s=100.0, rates=rates_of(TABLE), min_reallocation_s=1e6)
+    a, b = job("a", 0.0), job("b", 0.0)
+    first = sched.decide(Snapshot.all_ready(V100_K80, (a, b), 1.0))
+    assert first.time_shares is not None and "V100" in str(first.time_shares)
+    drained = {V100: DeviceState.DRAINING, K80: DeviceState.READY}
+    d = sched.decide(Snapshot(V100_K80, 150.0, drained, (a, b)))
+    assert len(policy.solves) == 2
+    assert d.time_shares is not None and "V100" not in str(d.time_shares)
+
+
+def test_hetero_jct_packed_plans_under_a_standing_allocation_after_a_drain() -> None:
+    from accelnet.sched.policies.hetero_jct import HeteroJct
+
+    def pairs(x: Any, y: Any, model: str, count: int) -> tuple[float, float]:
+        return (0.9, 0.9)
+
+    two = fabric(("v", "2xV100"), ("k", "2xK80"))
+    sched = RoundScheduler(HeteroJct.packed(), round_s=100.0, rates=rates_of(TABLE),
+                           colocated=pairs, min_reallocation_s=1e6)  # fmt: skip
+    jobs = (job("a", 0.0, steps=1e6), job("b", 0.0, steps=1e6), job("c", 0.0, steps=1e6))
+    sched.decide(Snapshot.all_ready(two, jobs, 1.0))
+    states = dict.fromkeys(two.devices, DeviceState.READY)
+    states.update({d: DeviceState.DRAINING for d in two.devices if d.startswith("v/")})
+    d = sched.decide(Snapshot(two, 150.0, states, jobs))  # no KeyError
+    assert all(s.placement.model == "K80" for s in d.starts)

@@ -280,9 +280,12 @@ class RoundScheduler(Scheduler):
         self.colocated = colocated  # pair rates, for policies that pack
         self._x: Allocation = {}
         # re-solve the allocation at most once per min_reallocation_s (0: at every round
-        # and every change of the jobs); the jobs and time of the last solve
+        # and every change of the jobs): when it was last solved, whether the jobs or the
+        # devices changed since, and the devices per model at the last plan
         self.min_reallocation_s = min_reallocation_s
-        self._solved: tuple[float, frozenset[str]] | None = None
+        self._solved_at: float | None = None
+        self._stale = False
+        self._room: dict[str, int] = {}
         self._fixed: frozenset[str] = frozenset()  # running jobs this round could not stop
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
@@ -385,19 +388,25 @@ class RoundScheduler(Scheduler):
     def _allocate(self, ctx: RoundContext, active: frozenset[str]) -> None:
         """The allocation for this plan. Without a re-allocation interval: solved anew
         (at every round and every change of the jobs). With one, Gavel's rule: solved only
-        when the jobs changed since the last solve, and at most once per interval;
-        meanwhile the last allocation stands, its departed jobs dropped, and jobs that
-        arrived since have none (they take what the allocated jobs leave: see
-        :meth:`RoundPolicy.order`)."""
-        now, solved = ctx.info.now, self._solved
+        when the jobs or the devices changed since the last solve (a job that left and came
+        back counts), and at most once per interval, but at once when a model has no
+        schedulable device left; meanwhile the last allocation stands, the jobs no longer
+        active dropped, and jobs that arrived since have none (they take what the
+        allocated jobs leave: see :meth:`RoundPolicy.order`)."""
+        now, last = ctx.info.now, self._solved_at
+        if active != self._active or ctx.capacity != self._room:
+            self._stale = True
+        gone = bool(self._room) and not self._room.keys() <= ctx.capacity.keys()
+        self._room = dict(ctx.capacity)
         if (
             self.min_reallocation_s <= 0
-            or solved is None
-            or (solved[1] != active and now - solved[0] >= self.min_reallocation_s)
+            or last is None
+            or gone
+            or (self._stale and now - last >= self.min_reallocation_s)
         ):
             self._x = self.policy.allocate(ctx)
-            self._solved = (now, active)
-        elif solved[1] != active:
+            self._solved_at, self._stale = now, False
+        elif self._stale:
             self._x = _restricted(self._x, active)
 
     def _upgrades(

@@ -181,10 +181,10 @@ class HeteroJct(RoundPolicy):
             for (a, b), shares in x.pairs.items():
                 for model, value in shares.items():
                     f = ctx.colocated(a, b, model)
-                    if f is None or value <= 1e-6:
-                        continue
-                    finish = min(left[a] / (f[0] * ctx.tput[a][model]),
-                                 left[b] / (f[1] * ctx.tput[b][model]))  # fmt: skip
+                    ra, rb = ctx.tput.get(a, {}).get(model), ctx.tput.get(b, {}).get(model)
+                    if f is None or value <= 1e-6 or not ra or not rb:
+                        continue  # (a model gone since a standing allocation was solved)
+                    finish = min(left[a] / (f[0] * ra), left[b] / (f[1] * rb))
                     ranked.append(((0, finish, min(pos_of[a], pos_of[b])), (a, b), model))
         ranked.sort(key=lambda r: r[0])
         pairs = [(u, m) for _, u, m in ranked]
