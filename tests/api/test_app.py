@@ -245,6 +245,28 @@ def test_a_policy_change_sets_or_keeps_the_reallocation_interval(tmp_path: Path)
         db.close()
 
 
+def test_a_server_started_on_a_queue_policy_keeps_its_interval_for_round_ones(
+    tmp_path: Path,
+) -> None:
+    db = ApiDb(tmp_path / "state.db")
+    tokens = issue_tokens(db, TOKENS[:1])  # admin
+    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work")  # fifo
+    cluster.start()
+    port = LocalClusterPort(cluster)
+    settings = ApiSettings(poll_s=0.05, min_reallocation_s=1920.0)
+    ctx = build_context(port, db, SystemClock(), settings)
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    try:
+        with TestClient(create_app(ctx), raise_server_exceptions=False) as c:
+            assert c.get(f"{V1}/policy", headers=admin).json()["min_reallocation_s"] is None
+            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "hetero-fair"})
+            assert r.status_code == 200 and r.json()["min_reallocation_s"] == 1920.0
+    finally:
+        port.close()
+        cluster.close()
+        db.close()
+
+
 def test_a_policy_change_keeps_the_servers_reservation_wait(tmp_path: Path) -> None:
     db = ApiDb(tmp_path / "state.db")
     tokens = issue_tokens(db, TOKENS[:1])  # admin

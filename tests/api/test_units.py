@@ -130,6 +130,8 @@ def test_serve_refuses_a_reservation_for_a_round_policy() -> None:
         serve(ServeOptions(policy="hetero-fair", reserve_after_s=60.0))
 
 
-def test_serve_refuses_a_reallocation_interval_for_a_queue_policy() -> None:
-    with pytest.raises(ValueError, match="min_reallocation_s applies to the round policies"):
-        serve(ServeOptions(policy="fifo", min_reallocation_s=60.0))
+def test_serve_checks_the_reallocation_interval_by_its_flag() -> None:
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ServeError, match="--min-reallocation-s"):
+            check(ServeOptions(policy="las", min_reallocation_s=bad))
+    check(ServeOptions(policy="fifo", min_reallocation_s=1920.0))  # kept for round policies

@@ -70,3 +70,9 @@ def test_a_model_measured_at_zero_steps_is_never_offered() -> None:
     never = rejection(spec({"T4": 0.0}, "T4:1"), topo)
     assert never is not None and never.key == "workload.throughput"
     assert "0 steps/s on T4" in never.message and "T4: 0" in str(never.value)
+    # a zero hint is not blamed for what memory rules out anyway
+    res = {"accelerators": "any:1", "min_memory_gb": 500}
+    big = JobSpec.model_validate({"name": "j", "run": "x", "resources": res,
+                                  "workload": {"throughput": {"T4": 0.0}}})  # fmt: skip
+    memory = rejection(big, topo)
+    assert memory is not None and memory.key == "resources.min_memory_gb"

@@ -41,3 +41,20 @@ def test_a_job_only_a_zero_model_could_hold_is_rejected_with_the_reason() -> Non
     assert states == {"j00": "rejected", "k": "succeeded"}
     (note,) = [n for n in result.notes if "j00" in n]
     assert "0 steps/s" in note and "K80" in note and "resources.accelerators" in note
+
+
+def test_a_request_that_names_models_loses_the_zero_ones() -> None:
+    k80s = load_fabric("fat-tree:hosts=2,gpus_per_host=4,model=K80")
+    named = SimJob("named", 0.0, R50_128, 4, 20_000.0, accelerators="K80:4")
+    result = Simulation(k80s, [named], make_scheduler("fifo", MODEL), MODEL).run()
+    assert [j.state for j in result.jobs] == ["rejected"]  # it crashed the backend before
+    (note,) = [n for n in result.notes if "named" in n]
+    assert "4 x K80" in note and "0 steps/s" in note
+    # an explicit any, and a list with a model left, run where they can
+    mixed = load_fabric("gavel-48")
+    jobs = [SimJob("any", 0.0, R50_128, 4, 20_000.0, accelerators="any:4"),
+            SimJob("list", 0.0, R50_128, 4, 20_000.0, accelerators="K80|P100:4")]  # fmt: skip
+    result = Simulation(mixed, jobs, make_scheduler("fifo", MODEL), MODEL).run()
+    where = {j.id: {m for m, s in j.device_s.items() if s > 0} for j in result.jobs}
+    assert where["list"] == {"P100"} and "K80" not in where["any"]
+    assert all(j.state == "succeeded" for j in result.jobs)

@@ -204,6 +204,8 @@ def test_a_zero_rules_out_the_sizes_filled_from_it() -> None:
     assert only_zero.rate("Y", "K80", 2) == 0.0 and only_zero.rate("Y", "K80", 1) == 1.0
     with pytest.raises(ValueError, match="no throughput table for it"):
         ThroughputModel({"v100": {"X": {1: 1.0}}}, infeasible={"p100": {"X": [2]}})
+    with pytest.raises(ValueError, match="integers >= 1, got 0"):
+        ThroughputModel({"v100": {"X": {1: 1.0}}}, infeasible={"v100": {"X": [0]}})
 
 
 def test_linear_scaling_at_the_documented_efficiency_without_donors() -> None:

@@ -42,6 +42,7 @@ class ApiSettings:
     poll_s: float = 0.25  # how often streams look for news
     keepalive_s: float = 15.0  # a comment line on an idle event stream
     policy: str = "fifo"  # the name of the policy the cluster was started with
+    min_reallocation_s: float = 0.0  # the round policies' re-allocation interval (serve's)
     anon_rate: float = 10.0  # requests per second per client address without a valid token
     anon_burst: int = 100  # such requests at once per address (<= 0 rate: no limit)
     per_sender: int = 2  # requests of one token (or address) worked on at once (<= 0: any)
@@ -97,6 +98,8 @@ def build_context(
         admission=admission,
         jobs=JobService(port, admission, job_tenants),
         devices=DeviceService(port, job_tenants, settings.op_wait_s),
-        control=ControlService(port, tenants, admission, audit, clock, settings.policy),
+        control=ControlService(
+            port, tenants, admission, audit, clock, settings.policy, settings.min_reallocation_s
+        ),
         services=ServiceManager(port, db, tenants, clock),
     )

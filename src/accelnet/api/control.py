@@ -70,6 +70,7 @@ class ControlService:
         audit: AuditLog,
         clock: Clock,
         policy: str,
+        min_reallocation_s: float = 0.0,
     ) -> None:
         self.port = port
         self.tenants = tenants
@@ -78,7 +79,8 @@ class ControlService:
         self.clock = clock
         self._policy = policy_of(policy, port)
         self._reserve_after_s = self._policy.reserve_after_s  # the server's (--reserve-after)
-        self._realloc_s = self._policy.min_reallocation_s or 0.0  # (--min-reallocation-s)
+        # the server's re-allocation interval (--min-reallocation-s), for round policies
+        self._realloc_s = min_reallocation_s or self._policy.min_reallocation_s or 0.0
         self._policy_lock = threading.Lock()  # one change at a time
 
     # ----- tenants --------------------------------------------------------------------

@@ -20,6 +20,7 @@ import contextlib
 import gc
 import ipaddress
 import logging
+import math
 import os
 import shutil
 import signal
@@ -46,7 +47,7 @@ from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.local.runas import RunAsError, TenantUsers, parse_run_as, untraversable
 from accelnet.runtime.ray.connect import RayOptions
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.sched.policies import make_scheduler
+from accelnet.sched.policies import QUEUE_POLICIES, make_scheduler
 
 BACKENDS = ("local", "ray")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -120,6 +121,8 @@ def check(opts: ServeOptions) -> None:
         raise ServeError(f"--log-level {opts.log_level!r}; valid: {', '.join(LOG_LEVELS)}")
     if opts.burst < 1:
         raise ServeError(f"--burst {opts.burst}: at least 1")
+    if not (math.isfinite(opts.min_reallocation_s) and opts.min_reallocation_s >= 0):
+        raise ServeError(f"--min-reallocation-s {opts.min_reallocation_s}: a number of s >= 0")
     if opts.anon_burst < 1:
         raise ServeError(f"--anon-burst {opts.anon_burst}: at least 1")
     if opts.audit_retention_days < 0 or opts.audit_max_rows < 0:
@@ -298,9 +301,10 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
     """Run the server until SIGTERM or Ctrl-C (see the module docstring). ServeError if it
     cannot start; fabric, policy and remediation-policy errors propagate."""
     check(opts)
+    realloc = 0.0 if opts.policy in QUEUE_POLICIES else opts.min_reallocation_s  # rounds only
     scheduler = make_scheduler(opts.policy, round_s=opts.round_s, placement=opts.placement,
                                reserve_after_s=opts.reserve_after_s,
-                               min_reallocation_s=opts.min_reallocation_s)  # fmt: skip
+                               min_reallocation_s=realloc)  # fmt: skip
     tls = opts.tls_cert is not None
     _log_to_stderr(opts.log_level)
     workdir, scratch_work = work_folder(opts)
@@ -321,6 +325,7 @@ def serve(opts: ServeOptions, out: TextIO = sys.stdout) -> None:
         cluster.start()
         settings = ApiSettings(max_body=opts.max_body, rate=opts.rate, burst=opts.burst,
                                policy=opts.policy, anon_rate=opts.anon_rate,
+                               min_reallocation_s=opts.min_reallocation_s,
                                anon_burst=opts.anon_burst,
                                audit_retention_s=opts.audit_retention_days * 86400,
                                audit_max_rows=opts.audit_max_rows)  # fmt: skip

@@ -188,7 +188,7 @@ def eligible_classes(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
 def zero_models(spec: JobSpec) -> frozenset[str]:
     """The device models (catalog names, and the names as written) the job's hints
     measured at 0 steps/s: it cannot run there."""
-    names = set()
+    names: set[str] = set()
     for name, value in spec.workload.throughput.items():
         if value == 0:
             found = find_device_model(name)
@@ -197,13 +197,15 @@ def zero_models(spec: JobSpec) -> frozenset[str]:
     return frozenset(names)
 
 
-def _eligible(spec: JobSpec, topo: Topology) -> tuple[DeviceClass, ...]:
+def _eligible(spec: JobSpec, topo: Topology, zeros: bool = True) -> tuple[DeviceClass, ...]:
+    """The eligible classes, best first (``zeros`` False: the models its hints measured at
+    0 steps/s left in)."""
     res = spec.resources
     req = res.accelerators
     if res.cpu_only:
         return ()
     wanted, _ = canonical_models(spec, topo)
-    zero = zero_models(spec) if spec.workload.throughput else frozenset()
+    zero = zero_models(spec) if zeros else frozenset()
     out = []
     for c in topo.classes.values():
         if wanted and c.model.name not in wanted:
@@ -331,11 +333,11 @@ def _rejection(spec: JobSpec, topo: Topology) -> Rejection | None:
             f"fabric {fabric.name!r} has no {'|'.join(wanted)}; models here: {', '.join(here)}",
         )
     classes = eligible_classes(spec, topo)
-    zero = zero_models(spec) if spec.workload.throughput else frozenset()
-    if not classes and zero:
-        left = [c for c in topo.classes.values() if c.model.name not in zero]
-        if len(left) < len(topo.classes):
-            zeroed = sorted(n for n in zero if n in {c.model.name for c in topo.classes.values()})
+    if not classes and zero_models(spec):
+        # only the models its hints measured at 0 fit otherwise: that is the reason
+        otherwise = _eligible(spec, topo, zeros=False)
+        if otherwise:
+            zeroed = sorted({c.model.name for c in otherwise})
             return Rejection(
                 "workload.throughput",
                 ", ".join(f"{n}: 0" for n in zeroed),

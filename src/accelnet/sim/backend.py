@@ -263,6 +263,11 @@ class SimBackend(Backend, SupportsProgress):
         run.rate = asked * self.rates.rate(spec.workload.type or "generic", model, run.world,
                                            consolidated, cap)  # fmt: skip
         run.base_rate = run.rate
+        if not run.rate > 0:  # the engine never places a gang where it cannot run
+            raise ValueError(
+                f"job {run.job}: {spec.workload.type or 'generic'} runs at 0 steps/s on "
+                f"{run.world} x {model}: it cannot run there"
+            )
         use = self.use.setdefault(run.job, JobUse())
         if use.first_start is None:
             use.first_start = now

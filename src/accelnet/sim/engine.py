@@ -30,6 +30,7 @@ from pathlib import Path
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
+from accelnet.fabric.catalog import find_device_model
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.control.controller import Controller, JobRejectedError
 from accelnet.runtime.control.store import JobRecord
@@ -282,8 +283,8 @@ class Simulation:
         spec = self._specs[job.id] = job.spec()
         try:
             self._row[job.id] = row
-            if job.accelerators is None:  # any model: not one its gang cannot run on
-                spec = self._specs[job.id] = self._best.feasible(job, spec)
+            # not on a model where its gang was measured at 0 steps/s
+            spec = self._specs[job.id] = self._best.feasible(job, spec)
             self.controller.submit(spec, job_id=job.id)
         except JobRejectedError as exc:  # the fabric can never run it: say so, go on
             self.rejected[job.id] = str(exc)
@@ -381,39 +382,63 @@ class _BestRates:
         for (_, model), k in per_host.items():
             self.most_on_a_host[model] = max(k, self.most_on_a_host.get(model, 0))
         self._memo: dict[tuple[str, int], float] = {}
-        self._zero: dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._zero: dict[tuple[str, int], frozenset[str]] = {}
 
     def feasible(self, job: SimJob, spec: JobSpec) -> JobSpec:
-        """``spec`` asking only for the models where the job's gang has a rate, when the
-        throughput model measured 0 steps/s for it on some (it cannot run there: it does
-        not fit); JobRejectedError naming them when no model of the fabric is left."""
-        key = (job.job_type, job.gpus)
-        found = self._zero.get(key)
-        if found is None:
-            fine: list[str] = []
-            none: list[str] = []
-            for model, count in self.total.items():
-                if count < job.gpus:
-                    continue
-                try:
-                    r = self.rates.rate(job.job_type, model, job.gpus)
-                except ValueError:
-                    continue  # a model the throughput model cannot rate: left as it is
-                (fine if r > 0 else none).append(model)
-            found = self._zero[key] = (tuple(fine), tuple(none))
-        ok, zero = found
-        if not zero:
-            return spec
-        if not ok:
+        """``spec`` without the device models where the job's gang was measured at 0 steps/s
+        (it cannot run there: it does not fit): an ``any`` request lists the others, a
+        request that lists models loses those; JobRejectedError naming the request when
+        none is left. Unchanged where no model it may use is zero."""
+        acc = spec.resources.accelerators
+        if acc.count == 0:
+            return spec  # CPU-only
+        if not acc.models:
+            zero = self._zero_models(job.job_type, acc.count)
+            if not zero:
+                return spec
+            names = [m for m, n in self.total.items() if n >= acc.count and m not in zero]
+            counts: list[int] = []
+        else:
+            sizes = acc.counts or (acc.count,) * len(acc.models)
+            keep = [(name, n) for name, n in zip(acc.models, sizes, strict=True)
+                    if _catalog_name(name) not in self._zero_models(job.job_type, n)]  # fmt: skip
+            if len(keep) == len(acc.models):
+                return spec
+            zero = frozenset(_catalog_name(m) for m in acc.models) - {
+                _catalog_name(m) for m, _ in keep
+            }
+            names, counts = [m for m, _ in keep], [n for _, n in keep] if acc.counts else []
+        if not names:
             raise JobRejectedError(
-                f"job {spec.name}: resources.accelerators = any:{job.gpus}: {job.job_type} "
-                f"on {job.gpus} devices runs at 0 steps/s (measured: it does not fit) on "
-                f"{', '.join(zero)}, the fabric's only models with {job.gpus} devices"
+                f"job {spec.name}: resources.accelerators = {acc.describe()}: {job.job_type} "
+                f"runs at 0 steps/s (measured: it does not fit) on {', '.join(sorted(zero))}, "
+                f"and no other model it may use here has room for its gang"
             )
         body = spec.model_dump(mode="json", exclude_unset=True)
-        body["resources"]["accelerators"] = {"count": job.gpus, "models": list(ok),
-                                             "prefer": "speed"}  # fmt: skip
+        wanted = acc.model_dump(mode="json", exclude_unset=True)
+        wanted.update(models=names, count=acc.count, prefer=acc.prefer.value)
+        if counts:
+            wanted["counts"] = counts
+        body["resources"]["accelerators"] = wanted
         return JobSpec.model_validate(body)
+
+    def _zero_models(self, job_type: str, count: int) -> frozenset[str]:
+        """The fabric's models (with ``count`` devices) where ``count`` devices run
+        ``job_type`` at 0 steps/s (memoised)."""
+        key = (job_type, count)
+        found = self._zero.get(key)
+        if found is None:
+            zero = set()
+            for model, n in self.total.items():
+                if n < count:
+                    continue
+                try:
+                    if self.rates.rate(job_type, model, count) <= 0:
+                        zero.add(model)
+                except ValueError:
+                    continue  # a model the throughput model cannot rate: left as it is
+            found = self._zero[key] = frozenset(zero)
+        return found
 
     def alone_s(self, job: SimJob) -> float:
         key = (job.job_type, job.gpus)
@@ -431,3 +456,9 @@ class _BestRates:
                 rate = max(rate, r)
             self._memo[key] = rate
         return job.work / rate if rate > 0 else INF
+
+
+def _catalog_name(name: str) -> str:
+    """The catalog's name for a device model named ``name`` (itself if unknown)."""
+    found = find_device_model(name)
+    return found.name if found is not None else name

@@ -178,6 +178,11 @@ class Metrics:
     peak_rss_mb: float
     rho_by_job: dict[str, float] = field(default_factory=dict, repr=False)
 
+    @property
+    def preemptions_per_job(self) -> float:
+        """Stops per job of the trace (a stop costs a real job its save and warm-up)."""
+        return self.preemptions / max(1, self.jobs_total)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict with stable key names (per-job rho left out: see the CSV)."""
         return {
@@ -214,7 +219,7 @@ class Metrics:
                 "peak_power_w": _r(self.peak_power_w),
             },
             "preemptions": self.preemptions,
-            "preemptions_per_job": _r(self.preemptions / max(1, self.jobs_total)),
+            "preemptions_per_job": _r(self.preemptions_per_job),
             "failures": self.failures,
             "deadlines": {"jobs": self.deadline_jobs, "missed": self.deadline_missed},
             "bounds": {

@@ -121,7 +121,7 @@ def _rows(metrics: Sequence[Metrics]) -> list[list[Row]]:
         ("rho max", "", lambda m: _num(m.rho_max, 3)),
         ("rho > 1", "% jobs", lambda m: _pct(m.rho_over_1)),
         ("preemptions", "", lambda m: _int(m.preemptions)),
-        ("preemptions per job", "", lambda m: _num(m.preemptions / max(1, m.jobs_total), 2)),
+        ("preemptions per job", "", lambda m: _num(m.preemptions_per_job, 2)),
         ("failures", "", lambda m: _int(m.failures)),
         ("deadlines", "jobs", lambda m: _int(m.deadline_jobs)),
         ("deadlines missed", "jobs", lambda m: _int(m.deadline_missed)),

@@ -178,6 +178,11 @@ class ThroughputModel:
         for wt, rows in (infeasible or {}).items():
             if wt not in self._tables:
                 raise ValueError(f"infeasible sizes for {wt!r}: no throughput table for it")
+            for jt, sizes in rows.items():
+                bad = [n for n in sizes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+                if bad:
+                    raise ValueError(f"infeasible sizes for {wt!r} {jt!r}: gang sizes must be "
+                                     f"integers >= 1, got {bad[0]!r}")  # fmt: skip
             self._zeros[wt] = {jt: frozenset(sizes) for jt, sizes in rows.items() if sizes}
         self._colo = colocated if colocated is not None else Colocation({})
         for wt in self._colo.worker_types():
