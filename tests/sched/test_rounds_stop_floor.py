@@ -66,18 +66,18 @@ MODEL = ThroughputModel.gavel()
 
 
 def run(policy: str, overhead: float | None, **kw: float) -> tuple[float, float, int]:
-    jobs, _ = load_trace("gavel-gen:n=80,lam=900,seed=4", MODEL, 4)
+    jobs, _ = load_trace("gavel-gen:n=40,lam=900,seed=4", MODEL, 4)
     sched = make_scheduler(policy, MODEL)
     assert isinstance(sched, RoundScheduler)
     sched.stop_overhead = overhead
     m = compute(Simulation(load_fabric("gavel-48"), jobs, sched, MODEL, seed=4, **kw).run())
-    assert m.jobs_finished == 80
+    assert m.jobs_finished == 40
     return m.jct.avg, m.makespan_s, m.preemptions
 
 
 def test_hetero_fair_stops_jobs_far_less_and_finishes_them_no_later() -> None:
     # with a 30 s restart per stop (the default), hetero-fair's rotation stopped jobs at
-    # nearly every round (117 stops a job here); with the floor it stops under half as
+    # nearly every round (52 stops a job here); with the floor it stops under half as
     # often, and the time saved is not lost elsewhere
     jct, makespan, stops = run("hetero-fair", 0.01)
     jct0, makespan0, stops0 = run("hetero-fair", None)
