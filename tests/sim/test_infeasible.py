@@ -58,3 +58,18 @@ def test_a_request_that_names_models_loses_the_zero_ones() -> None:
     where = {j.id: {m for m, s in j.device_s.items() if s > 0} for j in result.jobs}
     assert where["list"] == {"P100"} and "K80" not in where["any"]
     assert all(j.state == "succeeded" for j in result.jobs)
+
+
+def test_per_model_counts_and_the_speed_order_survive_the_rewrite() -> None:
+    mixed = load_fabric("gavel-48")
+    # {K80: 2, P100: 4}: the K80 pair is out; the request keeps P100 at 4 (it raised a
+    # validation error: count 2 was no longer the smallest of the counts)
+    counts = SimJob("counts", 0.0, R50_128, 2, 20_000.0,
+                    accelerators={"K80": 2, "P100": 4})  # type: ignore[arg-type]  # fmt: skip
+    # an any request with prefer: order is rewritten fastest first, as any orders models
+    ordered = SimJob("ordered", 0.0, R50_128, 2, 20_000.0,
+                     accelerators={"count": 2, "prefer": "order"})  # type: ignore[arg-type]  # fmt: skip
+    result = Simulation(mixed, [counts, ordered], make_scheduler("fifo", MODEL), MODEL).run()
+    where = {j.id: {m for m, s in j.device_s.items() if s > 0} for j in result.jobs}
+    assert where == {"counts": {"P100"}, "ordered": {"V100"}}
+    assert all(j.gpus == 2 and j.state == "succeeded" for j in result.jobs)

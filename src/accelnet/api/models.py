@@ -225,8 +225,9 @@ class PolicyOut(BaseModel):
     )
     min_reallocation_s: float | None = Field(
         None,
-        description="a round policy re-solves its allocation only when the jobs changed, at "
-        "most once per this many s (0: at every round and change; round policies only)",
+        description="a round policy re-solves its allocation only when the jobs or devices "
+        "changed, at most once per this many s (0: at every round and change; round "
+        "policies only)",
     )
     policies: list[str] = Field(description="the policies one may set")
     placements: list[str] = Field(description="the placement strategies one may set")

@@ -37,8 +37,9 @@ def serve(
         float,
         typer.Option(
             "--min-reallocation-s",
-            help="round policies re-solve their allocation only when the jobs changed and "
-            "at most once per this many s (Gavel: 1920); 0: at every round and change",
+            help="round policies re-solve their allocation only when the jobs or devices "
+            "changed and at most once per this many s (Gavel: 1920); 0: at every round and "
+            "change",
         ),
     ] = 0.0,
     reserve_after: Annotated[

@@ -61,8 +61,9 @@ def simulate(
         float,
         typer.Option(
             "--min-reallocation-s",
-            help="round policies re-solve their allocation only when the jobs changed and "
-            "at most once per this many s (Gavel: 1920); 0: at every round and change",
+            help="round policies re-solve their allocation only when the jobs or devices "
+            "changed and at most once per this many s (Gavel: 1920); 0: at every round and "
+            "change",
         ),
     ] = 0.0,
     seed: Annotated[int, typer.Option(help="seed for generated traces and random faults")] = 0,

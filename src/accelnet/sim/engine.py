@@ -30,7 +30,7 @@ from pathlib import Path
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.fabric.catalog import find_device_model
+from accelnet.fabric.catalog import family, find_device_model
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.control.controller import Controller, JobRejectedError
 from accelnet.runtime.control.store import JobRecord
@@ -386,9 +386,11 @@ class _BestRates:
 
     def feasible(self, job: SimJob, spec: JobSpec) -> JobSpec:
         """``spec`` without the device models where the job's gang was measured at 0 steps/s
-        (it cannot run there: it does not fit): an ``any`` request lists the others, a
-        request that lists models loses those; JobRejectedError naming the request when
-        none is left. Unchanged where no model it may use is zero."""
+        (it cannot run there: it does not fit): an ``any`` request lists the others,
+        fastest first (as ``any`` orders them); a request that lists models (a catalog
+        family counts as its members here) lists the fabric's models it matches, less
+        those, in its own order; JobRejectedError naming the request when none is left.
+        Unchanged where no model it may use is zero."""
         acc = spec.resources.accelerators
         if acc.count == 0:
             return spec  # CPU-only
@@ -397,17 +399,17 @@ class _BestRates:
             if not zero:
                 return spec
             names = [m for m, n in self.total.items() if n >= acc.count and m not in zero]
-            counts: list[int] = []
+            names.sort(key=lambda m: -self._rate(job.job_type, m, acc.count))
+            sizes: list[int] = []
         else:
-            sizes = acc.counts or (acc.count,) * len(acc.models)
-            keep = [(name, n) for name, n in zip(acc.models, sizes, strict=True)
-                    if _catalog_name(name) not in self._zero_models(job.job_type, n)]  # fmt: skip
-            if len(keep) == len(acc.models):
+            per_name = acc.counts or (acc.count,) * len(acc.models)
+            pairs = [(m, n) for name, n in zip(acc.models, per_name, strict=True)
+                     for m in self._matches(name)]  # fmt: skip
+            zero = frozenset(m for m, n in pairs if m in self._zero_models(job.job_type, n))
+            if not zero:
                 return spec
-            zero = frozenset(_catalog_name(m) for m in acc.models) - {
-                _catalog_name(m) for m, _ in keep
-            }
-            names, counts = [m for m, _ in keep], [n for _, n in keep] if acc.counts else []
+            kept = list(dict.fromkeys((m, n) for m, n in pairs if m not in zero))
+            names, sizes = [m for m, _ in kept], [n for _, n in kept] if acc.counts else []
         if not names:
             raise JobRejectedError(
                 f"job {spec.name}: resources.accelerators = {acc.describe()}: {job.job_type} "
@@ -416,11 +418,27 @@ class _BestRates:
             )
         body = spec.model_dump(mode="json", exclude_unset=True)
         wanted = acc.model_dump(mode="json", exclude_unset=True)
-        wanted.update(models=names, count=acc.count, prefer=acc.prefer.value)
-        if counts:
-            wanted["counts"] = counts
+        wanted.update(models=names, count=min(sizes) if sizes else acc.count,
+                      prefer=acc.prefer.value)  # fmt: skip
+        if sizes:
+            wanted["counts"] = sizes
         body["resources"]["accelerators"] = wanted
         return JobSpec.model_validate(body)
+
+    def _matches(self, name: str) -> list[str]:
+        """The fabric's models a listed name stands for (its catalog model, the catalog
+        family it names, or a fabric model of that exact name), as the scheduler reads it."""
+        found = find_device_model(name)
+        names = [found.name] if found is not None else []
+        names += family(name)
+        names += [m for m in self.total if m.lower() == name.lower()]
+        return [m for m in dict.fromkeys(names) if m in self.total]
+
+    def _rate(self, job_type: str, model: str, count: int) -> float:
+        try:
+            return self.rates.rate(job_type, model, count)
+        except ValueError:
+            return 0.0
 
     def _zero_models(self, job_type: str, count: int) -> frozenset[str]:
         """The fabric's models (with ``count`` devices) where ``count`` devices run
@@ -456,9 +474,3 @@ class _BestRates:
                 rate = max(rate, r)
             self._memo[key] = rate
         return job.work / rate if rate > 0 else INF
-
-
-def _catalog_name(name: str) -> str:
-    """The catalog's name for a device model named ``name`` (itself if unknown)."""
-    found = find_device_model(name)
-    return found.name if found is not None else name

@@ -175,15 +175,16 @@ class ThroughputModel:
         }
         self._unc: dict[str, _Rows] = {}
         self._zeros: dict[str, dict[str, frozenset[int]]] = {}
-        for wt, rows in (infeasible or {}).items():
+        for wt, given in (infeasible or {}).items():
             if wt not in self._tables:
                 raise ValueError(f"infeasible sizes for {wt!r}: no throughput table for it")
-            for jt, sizes in rows.items():
+            read = {jt: tuple(sizes) for jt, sizes in given.items()}  # iterables read once
+            for jt, sizes in read.items():
                 bad = [n for n in sizes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
                 if bad:
                     raise ValueError(f"infeasible sizes for {wt!r} {jt!r}: gang sizes must be "
                                      f"integers >= 1, got {bad[0]!r}")  # fmt: skip
-            self._zeros[wt] = {jt: frozenset(sizes) for jt, sizes in rows.items() if sizes}
+            self._zeros[wt] = {jt: frozenset(sizes) for jt, sizes in read.items() if sizes}
         self._colo = colocated if colocated is not None else Colocation({})
         for wt in self._colo.worker_types():
             if wt not in tables:
