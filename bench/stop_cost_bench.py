@@ -65,6 +65,11 @@ def fabric_spec(n: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def alone_s(model: Any, job: Any) -> float:
+    """``job``'s time alone on its fastest model here, its gang in one host."""
+    return float(job.work / max(model.rate(job.job_type, m, job.gpus) for m in MODELS))
+
+
 def gap_for(jobs: int, seed: int, devices: int, load: float) -> float:
     """The mean arrival gap that offers ``load`` of ``devices``: the generated jobs'
     run-alone device-seconds (fastest model, one host) per device, over the load."""
@@ -73,8 +78,7 @@ def gap_for(jobs: int, seed: int, devices: int, load: float) -> float:
 
     model = ThroughputModel.gavel()
     probe, _ = load_trace(f"gavel-gen:n={jobs},lam=1000,seed={seed}", model, seed)
-    area = sum(j.work / max(model.rate(j.job_type, m, j.gpus) for m in MODELS) * j.gpus
-               for j in probe)  # fmt: skip
+    area = sum(alone_s(model, j) * j.gpus for j in probe)
     return area / devices / jobs / load
 
 
@@ -91,7 +95,7 @@ def lp_ratio(case: tuple[int, int, float]) -> dict[str, Any]:
     fab = build_fabric(parse_spec(fabric_spec(jobs_n // 25), "<bench>"), "<bench>")
     model = ThroughputModel.gavel()
     jobs, _ = load_trace(f"gavel-gen:n={jobs_n},lam={gap:.0f},seed={seed}", model, seed)
-    alone = [j.work / max(model.rate(j.job_type, m, j.gpus) for m in MODELS) for j in jobs]
+    alone = [alone_s(model, j) for j in jobs]
     lb = sum(alone) / len(alone)
     lp = jct_lp(fab, jobs, model_rates(model)) or lb
     return {"jobs": jobs_n, "seed": seed, "jct_lp_avg_s": lp, "jct_lb_avg_s": lb,

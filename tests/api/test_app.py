@@ -3,11 +3,13 @@ process tests do not reach quickly."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from accelnet.api.db import ApiDb
 from accelnet.api.port import LocalClusterPort
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched import Scheduler
 from accelnet.sched.policies import make_scheduler
 from tests.api.conftest import TOKENS, issue_tokens
 
@@ -210,83 +213,66 @@ def test_metrics_need_the_scrape_token_when_one_is_set(api: Api) -> None:
         assert c.get("/metrics").status_code == 200  # no token set: open (loopback)
 
 
-def test_a_policy_change_sets_or_keeps_the_reallocation_interval(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def policy_api(
+    tmp_path: Path, scheduler: Scheduler | None = None, **settings: Any
+) -> Iterator[tuple[TestClient, LocalClusterPort, dict[str, str]]]:
+    """A real cluster on mixed-lab behind the API (``scheduler``: its own, else fifo), an
+    admin's headers: what the policy tests talk to."""
     db = ApiDb(tmp_path / "state.db")
     tokens = issue_tokens(db, TOKENS[:1])  # admin
-    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work",
-                           scheduler=make_scheduler("las", min_reallocation_s=1920.0))  # fmt: skip
+    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work", scheduler=scheduler)
     cluster.start()
     port = LocalClusterPort(cluster)
-    ctx = build_context(port, db, SystemClock(), ApiSettings(poll_s=0.05))
-    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    ctx = build_context(port, db, SystemClock(), ApiSettings(poll_s=0.05, **settings))
     try:
         with TestClient(create_app(ctx), raise_server_exceptions=False) as c:
-            assert c.get(f"{V1}/policy", headers=admin).json()["min_reallocation_s"] == 1920.0
-            # another round policy keeps the server's interval; one may set another
-            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "hetero-fair"})
-            assert r.status_code == 200 and r.json()["min_reallocation_s"] == 1920.0
-            assert port.scheduler().min_reallocation_s == 1920.0  # type: ignore[attr-defined]
-            r = c.put(f"{V1}/policy", headers=admin,
-                      json={"policy": "hetero-fair", "min_reallocation_s": 360})  # fmt: skip
-            assert r.status_code == 200 and r.json()["min_reallocation_s"] == 360.0
-            # a queue policy allocates nothing: none shown, and asking for one is a 422
-            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "fifo"})
-            assert r.status_code == 200 and r.json()["min_reallocation_s"] is None
-            r = c.put(f"{V1}/policy", headers=admin,
-                      json={"policy": "fifo", "min_reallocation_s": 60})  # fmt: skip
-            assert r.status_code == 422 and "min_reallocation_s" in r.text
-            r = c.put(f"{V1}/policy", headers=admin,
-                      json={"policy": "las", "min_reallocation_s": -1})  # fmt: skip
-            assert r.status_code == 422 and "min_reallocation_s" in r.text
-            assert c.get(f"{V1}/policy", headers=admin).json()["policy"] == "fifo"  # unchanged
+            yield c, port, {"Authorization": f"Bearer {tokens['admin']}"}
     finally:
         port.close()
         cluster.close()
         db.close()
+
+
+def test_a_policy_change_sets_or_keeps_the_reallocation_interval(tmp_path: Path) -> None:
+    las = make_scheduler("las", min_reallocation_s=1920.0)
+    with policy_api(tmp_path, las) as (c, port, admin):
+        assert c.get(f"{V1}/policy", headers=admin).json()["min_reallocation_s"] == 1920.0
+        # another round policy keeps the server's interval; one may set another
+        r = c.put(f"{V1}/policy", headers=admin, json={"policy": "hetero-fair"})
+        assert r.status_code == 200 and r.json()["min_reallocation_s"] == 1920.0
+        assert port.scheduler().min_reallocation_s == 1920.0  # type: ignore[attr-defined]
+        r = c.put(f"{V1}/policy", headers=admin,
+                  json={"policy": "hetero-fair", "min_reallocation_s": 360})  # fmt: skip
+        assert r.status_code == 200 and r.json()["min_reallocation_s"] == 360.0
+        # a queue policy allocates nothing: none shown, and asking for one is a 422
+        r = c.put(f"{V1}/policy", headers=admin, json={"policy": "fifo"})
+        assert r.status_code == 200 and r.json()["min_reallocation_s"] is None
+        r = c.put(f"{V1}/policy", headers=admin,
+                  json={"policy": "fifo", "min_reallocation_s": 60})  # fmt: skip
+        assert r.status_code == 422 and "min_reallocation_s" in r.text
+        r = c.put(f"{V1}/policy", headers=admin,
+                  json={"policy": "las", "min_reallocation_s": -1})  # fmt: skip
+        assert r.status_code == 422 and "min_reallocation_s" in r.text
+        assert c.get(f"{V1}/policy", headers=admin).json()["policy"] == "fifo"  # unchanged
 
 
 def test_a_server_started_on_a_queue_policy_keeps_its_interval_for_round_ones(
     tmp_path: Path,
 ) -> None:
-    db = ApiDb(tmp_path / "state.db")
-    tokens = issue_tokens(db, TOKENS[:1])  # admin
-    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work")  # fifo
-    cluster.start()
-    port = LocalClusterPort(cluster)
-    settings = ApiSettings(poll_s=0.05, min_reallocation_s=1920.0)
-    ctx = build_context(port, db, SystemClock(), settings)
-    admin = {"Authorization": f"Bearer {tokens['admin']}"}
-    try:
-        with TestClient(create_app(ctx), raise_server_exceptions=False) as c:
-            assert c.get(f"{V1}/policy", headers=admin).json()["min_reallocation_s"] is None
-            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "hetero-fair"})
-            assert r.status_code == 200 and r.json()["min_reallocation_s"] == 1920.0
-    finally:
-        port.close()
-        cluster.close()
-        db.close()
+    with policy_api(tmp_path, min_reallocation_s=1920.0) as (c, _, admin):  # fifo
+        assert c.get(f"{V1}/policy", headers=admin).json()["min_reallocation_s"] is None
+        r = c.put(f"{V1}/policy", headers=admin, json={"policy": "hetero-fair"})
+        assert r.status_code == 200 and r.json()["min_reallocation_s"] == 1920.0
 
 
 def test_a_policy_change_keeps_the_servers_reservation_wait(tmp_path: Path) -> None:
-    db = ApiDb(tmp_path / "state.db")
-    tokens = issue_tokens(db, TOKENS[:1])  # admin
-    cluster = LocalCluster("mixed-lab", workdir=tmp_path / "work",
-                           scheduler=make_scheduler("fifo", reserve_after_s=600.0))  # fmt: skip
-    cluster.start()
-    port = LocalClusterPort(cluster)
-    ctx = build_context(port, db, SystemClock(), ApiSettings(poll_s=0.05))
-    admin = {"Authorization": f"Bearer {tokens['admin']}"}
-    try:
-        with TestClient(create_app(ctx), raise_server_exceptions=False) as c:
-            assert c.get(f"{V1}/policy", headers=admin).json()["reserve_after_s"] == 600.0
-            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "priority"})
-            assert r.status_code == 200 and r.json()["reserve_after_s"] == 600.0
-            assert port.scheduler().reserve_after_s == 600.0  # it used to be dropped
-            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "las", "round_s": 5})
-            assert r.json()["reserve_after_s"] is None  # a round policy plans afresh
-            r = c.put(f"{V1}/policy", headers=admin, json={"policy": "fifo"})
-            assert r.json()["reserve_after_s"] == 600.0  # and back: the server's again
-    finally:
-        port.close()
-        cluster.close()
-        db.close()
+    with policy_api(tmp_path, make_scheduler("fifo", reserve_after_s=600.0)) as (c, port, admin):
+        assert c.get(f"{V1}/policy", headers=admin).json()["reserve_after_s"] == 600.0
+        r = c.put(f"{V1}/policy", headers=admin, json={"policy": "priority"})
+        assert r.status_code == 200 and r.json()["reserve_after_s"] == 600.0
+        assert port.scheduler().reserve_after_s == 600.0  # it used to be dropped
+        r = c.put(f"{V1}/policy", headers=admin, json={"policy": "las", "round_s": 5})
+        assert r.json()["reserve_after_s"] is None  # a round policy plans afresh
+        r = c.put(f"{V1}/policy", headers=admin, json={"policy": "fifo"})
+        assert r.json()["reserve_after_s"] == 600.0  # and back: the server's again

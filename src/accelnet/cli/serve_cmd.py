@@ -9,6 +9,7 @@ import typer
 
 from accelnet.cli.fabric_cmd import fail
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
+from accelnet.cli.round_opts import ReallocationOpt
 from accelnet.specio import SpecError
 
 if TYPE_CHECKING:
@@ -33,15 +34,7 @@ def serve(
     policy: Annotated[str, typer.Option(help="scheduling policy (docs/policies.md)")] = "fifo",
     placement: Annotated[str | None, typer.Option(help="placement strategy")] = None,
     round_s: Annotated[float, typer.Option(help="round length of round-based policies")] = 360.0,
-    min_reallocation_s: Annotated[
-        float,
-        typer.Option(
-            "--min-reallocation-s",
-            help="round policies re-solve their allocation only when the jobs or devices "
-            "changed and at most once per this many s (Gavel: 1920); 0: at every round and "
-            "change",
-        ),
-    ] = 0.0,
+    min_reallocation_s: ReallocationOpt = 0.0,
     reserve_after: Annotated[
         float | None,
         typer.Option(

@@ -22,6 +22,7 @@ from rich.progress import (
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
 from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
+from accelnet.cli.round_opts import ReallocationOpt
 from accelnet.fabric import Fabric, UnknownNameError
 from accelnet.sched import Scheduler
 from accelnet.sched.placement import PlacementStrategy
@@ -57,15 +58,7 @@ def simulate(
         float | None,
         typer.Option("--round", help="round length, s (round-based policies: default 360)"),
     ] = None,
-    min_reallocation_s: Annotated[
-        float,
-        typer.Option(
-            "--min-reallocation-s",
-            help="round policies re-solve their allocation only when the jobs or devices "
-            "changed and at most once per this many s (Gavel: 1920); 0: at every round and "
-            "change",
-        ),
-    ] = 0.0,
+    min_reallocation_s: ReallocationOpt = 0.0,
     seed: Annotated[int, typer.Option(help="seed for generated traces and random faults")] = 0,
     out: Annotated[
         Path | None, typer.Option(help="write metrics.json, per-job CSVs and plots here")

@@ -7,7 +7,7 @@ rejected with the spec key and value that cause it, instead of queueing forever.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,15 +127,23 @@ def canonical_models(spec: JobSpec, topo: Topology) -> tuple[list[str], list[str
     return list(found[0]), list(found[1])
 
 
+def named_models(name: str, here: Iterable[str]) -> list[str]:
+    """The model names a listed ``name`` stands for: its catalog model (aliases
+    included), the catalog family it names, and those of ``here`` (a fabric's models) of
+    exactly that name, case aside (see :func:`canonical_models`)."""
+    found = find_device_model(name)
+    matches = [found.name] if found is not None else []
+    matches += family(name)
+    matches += [m for m in here if m.lower() == name.lower()]
+    return list(dict.fromkeys(matches))
+
+
 def _resolve(names: tuple[str, ...], topo: Topology) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    here = {c.model.name.lower(): c.model.name for c in topo.classes.values()}
+    here = {c.model.name for c in topo.classes.values()}
     known: list[str] = []
     unknown: list[str] = []
     for name in names:
-        found = find_device_model(name)
-        matches = [found.name] if found is not None else []
-        matches += family(name)
-        matches += [canon for low, canon in here.items() if low == name.lower()]
+        matches = named_models(name, here)
         if not matches:
             unknown.append(name)
         for n in matches:

@@ -394,16 +394,14 @@ class RoundScheduler(Scheduler):
         active dropped, and jobs that arrived since have none (they take what the
         allocated jobs leave: see :meth:`RoundPolicy.order`)."""
         now, last = ctx.info.now, self._solved_at
+        if self.min_reallocation_s <= 0:
+            self._x = self.policy.allocate(ctx)
+            return
         if active != self._active or ctx.capacity != self._room:
             self._stale = True
         gone = bool(self._room) and not self._room.keys() <= ctx.capacity.keys()
         self._room = dict(ctx.capacity)
-        if (
-            self.min_reallocation_s <= 0
-            or last is None
-            or gone
-            or (self._stale and now - last >= self.min_reallocation_s)
-        ):
+        if last is None or gone or (self._stale and now - last >= self.min_reallocation_s):
             self._x = self.policy.allocate(ctx)
             self._solved_at, self._stale = now, False
         elif self._stale:

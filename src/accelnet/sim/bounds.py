@@ -77,10 +77,10 @@ def jct_lp(
     gang's one-host rate, none before its arrival), at most the whole interval over all
     models, no model over-committed, every job's work done. Any real schedule gives such
     fractions. A job's *mean busy time* (the average, over its work, of the time each part
-    is done) is at least the sum over
-    its fractions of the work they do times the later of the interval's start and the
-    arrival, and a job that cannot run faster than its fastest gang, ``alone`` seconds in
-    all, ends at least ``alone / 2`` after its mean busy time. So the LP's least total
+    is done) is at least the sum over its fractions of the work they do times the later of
+    the interval's start and the arrival, and a job that cannot run faster than its fastest
+    gang, ``alone`` seconds in all, ends at least ``alone / 2`` after its mean busy time.
+    So the LP's least total
     mean busy time, plus ``alone / 2`` minus the arrival for every job, over the number of
     jobs, is never above a real schedule's average JCT (Goemans et al.'s mean-busy-time
     relaxation). It ignores gang integrality, rounds and placement; packing (two jobs

@@ -30,11 +30,11 @@ from pathlib import Path
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.fabric.catalog import family, find_device_model
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.control.controller import Controller, JobRejectedError
 from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobSpec, JobState, Scheduler, Tenant
+from accelnet.sched.request import named_models
 from accelnet.sched.rounds import RoundScheduler, StopCost
 from accelnet.sim.backend import SimBackend
 from accelnet.sim.bounds import MAX_JOBS, jct_lp, makespan_lp
@@ -399,12 +399,12 @@ class _BestRates:
             if not zero:
                 return spec
             names = [m for m, n in self.total.items() if n >= acc.count and m not in zero]
-            names.sort(key=lambda m: -self._rate(job.job_type, m, acc.count))
+            names.sort(key=lambda m: -(self._rate(job.job_type, m, acc.count) or 0.0))
             sizes: list[int] = []
         else:
             per_name = acc.counts or (acc.count,) * len(acc.models)
             pairs = [(m, n) for name, n in zip(acc.models, per_name, strict=True)
-                     for m in self._matches(name)]  # fmt: skip
+                     for m in named_models(name, self.total) if m in self.total]  # fmt: skip
             zero = frozenset(m for m, n in pairs if m in self._zero_models(job.job_type, n))
             if not zero:
                 return spec
@@ -425,20 +425,14 @@ class _BestRates:
         body["resources"]["accelerators"] = wanted
         return JobSpec.model_validate(body)
 
-    def _matches(self, name: str) -> list[str]:
-        """The fabric's models a listed name stands for (its catalog model, the catalog
-        family it names, or a fabric model of that exact name), as the scheduler reads it."""
-        found = find_device_model(name)
-        names = [found.name] if found is not None else []
-        names += family(name)
-        names += [m for m in self.total if m.lower() == name.lower()]
-        return [m for m in dict.fromkeys(names) if m in self.total]
-
-    def _rate(self, job_type: str, model: str, count: int) -> float:
+    def _rate(
+        self, job_type: str, model: str, count: int, consolidated: bool = True
+    ) -> float | None:
+        """The throughput model's rate (None: a model it cannot rate)."""
         try:
-            return self.rates.rate(job_type, model, count)
+            return self.rates.rate(job_type, model, count, consolidated)
         except ValueError:
-            return 0.0
+            return None
 
     def _zero_models(self, job_type: str, count: int) -> frozenset[str]:
         """The fabric's models (with ``count`` devices) where ``count`` devices run
@@ -446,16 +440,11 @@ class _BestRates:
         key = (job_type, count)
         found = self._zero.get(key)
         if found is None:
-            zero = set()
-            for model, n in self.total.items():
-                if n < count:
-                    continue
-                try:
-                    if self.rates.rate(job_type, model, count) <= 0:
-                        zero.add(model)
-                except ValueError:
-                    continue  # a model the throughput model cannot rate: left as it is
-            found = self._zero[key] = frozenset(zero)
+            found = self._zero[key] = frozenset(
+                model
+                for model, n in self.total.items()  # a model it cannot rate is left as it is
+                if n >= count and (r := self._rate(job_type, model, count)) is not None and r <= 0
+            )
         return found
 
     def alone_s(self, job: SimJob) -> float:
@@ -467,10 +456,7 @@ class _BestRates:
                 if count < job.gpus:
                     continue
                 consolidated = not self.spread_penalty or self.most_on_a_host[model] >= job.gpus
-                try:
-                    r = self.rates.rate(job.job_type, model, job.gpus, consolidated)
-                except ValueError:
-                    continue  # a model the throughput model cannot rate
-                rate = max(rate, r)
+                r = self._rate(job.job_type, model, job.gpus, consolidated)
+                rate = max(rate, r or 0.0)  # a model the throughput model cannot rate: none
             self._memo[key] = rate
         return job.work / rate if rate > 0 else INF
