@@ -21,7 +21,8 @@ alone on the fabric's best devices), stops (preemptions) per job, makespan. Simu
 deterministic; they run ``--workers`` at a time (processes). Beside them, per trace, the
 LP lower bound on the average JCT (:func:`accelnet.sim.bounds.jct_lp`, gangs at their
 one-host rate, as Gavel) over the run-alone bound as Gavel: how close to the run-alone
-bound any schedule can come on that trace (``--bounds-only`` computes just these).
+bound any schedule can come on that trace (``--bounds-only`` computes just these), and the
+peak memory of the worker process that computed it (imports included).
 
 Run from the project root::
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import resource
 import shlex
 import statistics
 import sys
@@ -98,8 +100,9 @@ def lp_ratio(case: tuple[int, int, float]) -> dict[str, Any]:
     alone = [alone_s(model, j) for j in jobs]
     lb = sum(alone) / len(alone)
     lp = jct_lp(fab, jobs, model_rates(model)) or lb
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the worker's, so far
     return {"jobs": jobs_n, "seed": seed, "jct_lp_avg_s": lp, "jct_lb_avg_s": lb,
-            "lp_over_alone": lp / lb}  # fmt: skip
+            "lp_over_alone": lp / lb, "worker_peak_rss_mb": rss}  # fmt: skip
 
 
 def one_run(case: tuple[int, int, float, str, str]) -> dict[str, Any]:
@@ -201,7 +204,8 @@ def report(result: dict[str, Any], console: Console) -> None:
     for b in result.get("lp_bounds", []):
         console.print(f"{b['jobs']} jobs, seed {b['seed']}: LP bound on the average JCT "
                       f"{b['jct_lp_avg_s']:,.0f} s = {b['lp_over_alone']:.3f}x the run-alone "
-                      f"bound {b['jct_lb_avg_s']:,.0f} s (as Gavel)")  # fmt: skip
+                      f"bound {b['jct_lb_avg_s']:,.0f} s (as Gavel); worker peak RSS "
+                      f"{b.get('worker_peak_rss_mb', 0):,.0f} MB")  # fmt: skip
     console.print(f"src {src_label(result['source'])}; gaps {result['gaps_s']}")
 
 
