@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, wait_state
 
 
 def test_metrics_are_prometheus_text_with_jobs_and_devices(server: Server) -> None:
@@ -36,3 +36,18 @@ def test_scheduler_decision_times_are_exported(server: Server) -> None:
     hist = families["accelnet_scheduler_decision_seconds"]
     counts = [s.value for s in hist.samples if s.name.endswith("_count")]
     assert counts and counts[0] >= 1  # the job above was scheduled
+
+
+def test_queue_waits_are_observed_when_jobs_start(server: Server) -> None:
+    def count(text: str) -> float:
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        return sum(s.value for s in fams["accelnet_queue_wait_seconds"].samples
+                   if s.name.endswith("_count") and s.labels["tenant"] == "speech")  # fmt: skip
+
+    job = {"name": "w1", "run": "true", "resources": {"accelerators": "any:1"}}
+    with server.client("bob") as user, server.client() as anyone:
+        before = count(anyone.get("/metrics").text)
+        sent = user.post("/api/v1/jobs", json=job)
+        assert sent.status_code == 201, sent.text
+        wait_state(user, sent.json()["jobs"][0]["id"], {"succeeded"})
+        assert count(anyone.get("/metrics").text) == before + 1

@@ -54,6 +54,7 @@ class ClusterMetrics:
             self._links(r for r in records if r.state in _RUNNING),
             self._decisions(),
             [s.info() for s in self._services()],
+            self._waits(),
         )
 
     def _devices(self) -> Iterable[DeviceInfo]:
@@ -78,11 +79,16 @@ class ClusterMetrics:
         services = getattr(self.ctx.port, "services", None)  # ports without services: none
         return list(services()) if services is not None else []
 
+    def _controller(self) -> Any:
+        return getattr(getattr(self.ctx.port, "cluster", None), "controller", None)
+
     def _decisions(self) -> HistogramSnapshot | None:
-        cluster = getattr(self.ctx.port, "cluster", None)
-        controller = getattr(cluster, "controller", None)
-        timer = getattr(controller, "decision_timer", None)
+        timer = getattr(self._controller(), "decision_timer", None)
         return timer.snapshot() if timer is not None else None
+
+    def _waits(self) -> dict[str, HistogramSnapshot]:
+        waits = getattr(self._controller(), "queue_waits", None)
+        return waits.snapshot() if waits is not None else {}
 
 
 def mount_metrics(app: FastAPI, ctx: ApiContext, token: str | None = None) -> None:

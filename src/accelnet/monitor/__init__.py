@@ -27,6 +27,7 @@ from accelnet.monitor.timing import (
     QUEUE_WAIT_BUCKETS,
     DecisionTimer,
     HistogramSnapshot,
+    TenantHistograms,
     histogram,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "LinkUse",
     "MetricsSource",
     "Snapshot",
+    "TenantHistograms",
     "device_info",
     "exposition",
     "histogram",

@@ -9,7 +9,9 @@
 or ``render(source)`` for both at once. The families, their units and labels are listed in
 :mod:`accelnet.monitor.names` (and docs/metrics.md). Every scrape reads the source afresh
 (O(jobs + devices + links)); nothing is cached between scrapes, so the collector holds no
-state and a restarted server exports the same counts (they come from the durable store).
+state. Job counts come from the durable store (a restarted server exports the same); the
+histograms (queue waits, decision times) from what the controller observed since it
+started: each observation is made once, so their counts only grow.
 
 dcgm-exporter writes counters under their bare DCGM names (``# TYPE
 DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter``, no ``_total``), which the Python client's
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -45,7 +47,7 @@ from accelnet.monitor.names import (
     MetricDef,
 )
 from accelnet.monitor.source import DeviceInfo, JobInfo, LinkUse, MetricsSource, ServiceInfo
-from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, HistogramSnapshot, histogram
+from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, HistogramSnapshot
 from accelnet.sched import JobState
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -99,12 +101,8 @@ class AccelnetCollector:
     """Reads ``source`` on every :meth:`collect`; holds no other state. Register it in a
     fresh ``CollectorRegistry`` (:func:`make_registry`). Raises whatever the source raises."""
 
-    def __init__(
-        self, source: MetricsSource, *, queue_wait_buckets: Sequence[float] = QUEUE_WAIT_BUCKETS
-    ) -> None:
+    def __init__(self, source: MetricsSource) -> None:
         self._source = source
-        self._wait_buckets = tuple(queue_wait_buckets)
-        histogram((), self._wait_buckets)  # checks the bounds now, not at the first scrape
 
     def describe(self) -> list[Metric]:
         """Every family this collector can export (no samples): what the registry checks
@@ -114,7 +112,7 @@ class AccelnetCollector:
     def collect(self) -> list[Metric]:
         """One scrape: jobs, scheduler decisions, devices, links, services."""
         out = _Families()
-        _jobs(out, self._source.jobs(), self._wait_buckets)
+        _jobs(out, self._source.jobs(), self._source.queue_waits())
         decisions = self._source.decisions()
         if decisions is not None:
             out.add_histogram("accelnet_scheduler_decision_seconds", (), decisions)
@@ -127,13 +125,11 @@ class AccelnetCollector:
         return out.result()
 
 
-def make_registry(
-    source: MetricsSource, *, queue_wait_buckets: Sequence[float] = QUEUE_WAIT_BUCKETS
-) -> CollectorRegistry:
+def make_registry(source: MetricsSource) -> CollectorRegistry:
     """A new registry holding one :class:`AccelnetCollector` over ``source``. One per app:
-    nothing is registered globally. ValueError for bad bucket bounds."""
+    nothing is registered globally."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AccelnetCollector(source, queue_wait_buckets=queue_wait_buckets))
+    registry.register(AccelnetCollector(source))
     return registry
 
 
@@ -153,26 +149,26 @@ def render(source: MetricsSource) -> bytes:
 
 
 # ----- jobs -----------------------------------------------------------------------------------
-def _jobs(out: _Families, jobs: Iterable[JobInfo], bounds: Sequence[float]) -> None:
+def _jobs(out: _Families, jobs: Iterable[JobInfo], waits: Mapping[str, HistogramSnapshot]) -> None:
     counts: dict[tuple[str, str], int] = defaultdict(int)
     outcomes: dict[tuple[str, str], int] = defaultdict(int)
-    waits: dict[str, list[float]] = defaultdict(list)
+    tenants: set[str] = set(waits)
     extra_states: set[str] = set()
     known = [s.value for s in JobState]
     for job in jobs:
         counts[job.tenant, job.state] += 1
-        waits[job.tenant]  # every tenant with jobs gets a (maybe empty) histogram
+        tenants.add(job.tenant)
         if job.state not in known:
             extra_states.add(job.state)
         if job.finished_at is not None and job.outcome is not None:
             outcomes[job.outcome, job.tenant] += 1
-        if job.started_at is not None:
-            waits[job.tenant].append(max(0.0, job.started_at - job.submitted_at))
     states = known + sorted(extra_states)
-    for tenant in sorted(waits):
+    bounds = next(iter(waits.values())).bounds if waits else QUEUE_WAIT_BUCKETS
+    for tenant in sorted(tenants):
         for state in states:
             out.add("accelnet_jobs", (state, tenant), counts.get((tenant, state), 0))
-        wait = histogram(waits[tenant], bounds)
+        # every tenant with jobs gets a (maybe empty) histogram: stable series
+        wait = waits.get(tenant) or HistogramSnapshot.empty(bounds)
         out.add_histogram("accelnet_queue_wait_seconds", (tenant,), wait)
     for labels, n in sorted(outcomes.items()):
         out.add("accelnet_jobs_finished", labels, n)

@@ -128,8 +128,9 @@ _DEFS: tuple[MetricDef, ...] = (
     MetricDef("accelnet_jobs_finished", "gauge", "1", ("outcome", "tenant"),
               "Finished jobs per tenant by how they ended (the outcome code, docs/api.md)."),
     MetricDef("accelnet_queue_wait_seconds", "histogram", "s", ("tenant",),
-              "Time from submission to start of the jobs that have started "
-              "(started_at - submitted_at, the latest attempt's start)."),
+              "Time each attempt waited to start, observed once when it starts: from when "
+              "the job was admitted (submitted, or its inputs done) or requeued (after a "
+              "preemption, or a failure's retry backoff) to the attempt's start."),
     MetricDef("accelnet_scheduler_decision_seconds", "histogram", "s", (),
               "Wall time of each scheduler decision."),
     # ----- services (accelnet.serve): each router's counts since it started -----

@@ -12,7 +12,7 @@ fabric's own types. Pure: no I/O, no clock reads.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from accelnet.devices.telemetry import DeviceSample
@@ -133,6 +133,11 @@ class MetricsSource(Protocol):
         """Scheduler decision durations (:meth:`DecisionTimer.snapshot`); None if not timed."""
         ...
 
+    def queue_waits(self) -> Mapping[str, HistogramSnapshot]:
+        """Each tenant's queue waits, each observed once when its attempt started
+        (:meth:`TenantHistograms.snapshot`); empty when nothing records them."""
+        ...
+
     def services(self) -> Iterable[ServiceInfo]:
         """The running services (an empty iterable when there are none)."""
         ...
@@ -147,6 +152,7 @@ class Snapshot:
     link_list: Sequence[LinkUse] = ()
     decision_times: HistogramSnapshot | None = None
     service_list: Sequence[ServiceInfo] = ()
+    wait_times: Mapping[str, HistogramSnapshot] = field(default_factory=dict)
 
     def jobs(self) -> Iterable[JobInfo]:
         """See :class:`MetricsSource`."""
@@ -167,6 +173,10 @@ class Snapshot:
     def services(self) -> Iterable[ServiceInfo]:
         """See :class:`MetricsSource`."""
         return self.service_list
+
+    def queue_waits(self) -> Mapping[str, HistogramSnapshot]:
+        """See :class:`MetricsSource`."""
+        return self.wait_times
 
 
 # ----- builders from the runtime's and the fabric's types ---------------------------------

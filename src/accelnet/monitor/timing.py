@@ -156,3 +156,29 @@ class DecisionTimer:
         """The decisions recorded so far. O(buckets)."""
         with self._lock:
             return self._counts.snapshot()
+
+
+class TenantHistograms:
+    """One histogram per tenant, each observation made once, when what it measures ends
+    (a queue wait when its attempt starts): counts that only grow, as Prometheus requires
+    of a histogram. The controller fills one (``accelnet_queue_wait_seconds``); ``/metrics``
+    reads :meth:`snapshot`. Thread-safe. Counts since the owner was made (a restarted
+    server starts again from zero, which ``rate()`` and ``increase()`` handle)."""
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.bounds = check_bounds(buckets)
+        self._counts: dict[str, Counts] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, tenant: str, seconds: float) -> None:
+        """Record one observation of ``tenant``; ValueError if negative or not finite."""
+        with self._lock:
+            counts = self._counts.get(tenant)
+            if counts is None:
+                counts = self._counts[tenant] = Counts(self.bounds)
+            counts.add(seconds)
+
+    def snapshot(self) -> dict[str, HistogramSnapshot]:
+        """Each tenant's observations so far (tenants never observed: absent)."""
+        with self._lock:
+            return {tenant: c.snapshot() for tenant, c in self._counts.items()}

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.monitor.timing import DecisionTimer
+from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, DecisionTimer, TenantHistograms
 from accelnet.runtime.backend import (
     Backend,
     SupportsHandoff,
@@ -129,6 +129,10 @@ class Controller:
         # the scheduler's state, kept by the events themselves (no rescan per decision)
         self.session = Session(self.scheduler, fabric, {}, self.tenants)
         self.decision_timer = DecisionTimer()  # scheduler decision durations (/metrics)
+        # queue waits per tenant (/metrics), each observed once, when its attempt starts;
+        # when each queued job became ready to start (admitted, requeued, backoff over)
+        self.queue_waits = TenantHistograms(QUEUE_WAIT_BUCKETS)
+        self._queued_since: dict[str, float] = {}
         if isinstance(backend, SupportsProgress):
             self.session.progress = backend.progress
         self._holders = self._book.holders  # device -> jobs holding it
@@ -146,7 +150,7 @@ class Controller:
         """Reconcile with the store after a (re)start: devices come back through a refresh;
         jobs that were running when the last controller died are requeued, or cancelled if
         a cancel of theirs had been accepted."""
-        now = self.clock.now()
+        now = self._started = self.clock.now()
         known = self.store.devices()
         self._book.recover(self.fabric.devices, known, now)
         for rec in self.store.jobs(_LIVE):
@@ -367,7 +371,10 @@ class Controller:
     ) -> JobRecord:
         """Store the transition (durably), then keep the live view in step."""
         rec = self.store.transition(jid, to, at, cause, **changes)
+        if to is JobState.ADMITTED:  # its wait starts (after its retry backoff, if any)
+            self._queued_since[jid] = max(at, rec.retry_at or at)
         if to.is_finished():
+            self._queued_since.pop(jid, None)
             self._live.pop(jid, None)
             self._backoff.pop(jid)
             self.session.drop(jid)
@@ -385,6 +392,15 @@ class Controller:
             return self.store.get(job_id).state
         except StoreError:
             return None
+
+    def _observe_wait(self, rec: JobRecord, now: float) -> None:
+        """The wait that ends with this start, observed once. A job queued before this
+        controller started (recovered): from its submission if it never ran, else from the
+        recovery (its requeue time is not stored)."""
+        since = self._queued_since.pop(rec.id, None)
+        if since is None:
+            since = rec.submitted_at if rec.attempts == 0 else self._started
+        self.queue_waits.observe(rec.spec.tenant, max(0.0, now - since))
 
     # ----- scheduling ---------------------------------------------------------------
     def _admit(self, jid: str, now: float, cause: str = "admitted") -> None:
@@ -443,6 +459,7 @@ class Controller:
     def _launch(self, rec: JobRecord, placement: Placement, now: float) -> None:
         self._book.allocate(rec.id, placement.devices, now, placement.share)
         attempt = rec.attempts + 1
+        self._observe_wait(rec, now)
         self._transition(
             rec.id, JobState.STARTING, now, f"placed on {placement.where()}",
             placement=placement, attempts=attempt, nominated=(), retry_at=None,
