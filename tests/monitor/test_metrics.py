@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import http.server
 import math
+import re
+import shutil
+import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
@@ -433,7 +436,8 @@ def test_a_service_exports_its_latency_histogram_requests_by_code_and_replicas()
     assert parse(FakeSource())["accelnet_service_requests"].samples == []  # none: declared
 
 
-def test_a_full_scrape_produces_every_catalogued_family() -> None:
+def _full_source() -> FakeSource:
+    """A source with something for every catalogued family."""
     readings: dict[str, Any] = {
         f.field: (True if f.field.startswith("remap_") else 7)
         for f in SAMPLE_FIELDS
@@ -444,7 +448,12 @@ def test_a_full_scrape_produces_every_catalogued_family() -> None:
     job = JobInfo("j", "running", "t", 0.0, 1.0)
     ended = JobInfo("k", "failed", "t", 0.0, 1.0, 2.0, "timed_out")
     links = [LinkUse("a", "b", 1.0, 2.0)]
-    source = FakeSource([job, ended], [dev], links, DecisionTimer().snapshot(), [digits_service()])
+    return FakeSource([job, ended], [dev], links, DecisionTimer().snapshot(),
+                      [digits_service()])  # fmt: skip
+
+
+def test_a_full_scrape_produces_every_catalogued_family() -> None:
+    source = _full_source()
     collected = {m.name for m in AccelnetCollector(source).collect() if m.samples}
     assert collected == {d.name.removesuffix("_total") if not d.dcgm else d.name
                          for d in METRICS.values()}  # fmt: skip
@@ -453,6 +462,23 @@ def test_a_full_scrape_produces_every_catalogued_family() -> None:
         d = METRICS.get(m.name) or METRICS[m.name + "_total"]
         for s in m.samples:
             assert set(s.labels) - {"le"} == set(d.labels), m.name
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="no promtool (Debian's prometheus package)")
+def test_promtool_finds_nothing_to_say_of_accelnets_own_families() -> None:
+    """``promtool check metrics`` over a scrape with every family: no warning on an
+    accelnet family; the DCGM_FI_* series keep dcgm-exporter's names and labels (camelCase,
+    counters without ``_total``) on purpose, so its dashboards work unchanged."""
+    assert PROMTOOL is not None
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=render(_full_source()),
+                          capture_output=True, timeout=60, check=False)  # fmt: skip
+    lines = (done.stdout + done.stderr).decode().splitlines()
+    problems = [line for line in lines if line.strip() and not line.startswith("DCGM_FI_")]
+    assert problems == [], problems
+    assert done.returncode in (0, 3), lines  # 3: lint warnings (the DCGM ones) only
 
 
 def test_catalogue_tables_agree() -> None:
@@ -465,6 +491,21 @@ def test_catalogue_tables_agree() -> None:
         if not d.dcgm:
             assert d.name.startswith("accelnet_")
             assert d.name.endswith("_total") == (d.kind == "counter"), d.name
+
+
+def test_accelnet_labels_are_snake_case_and_dcgm_labels_keep_dcgm_names() -> None:
+    """Prometheus' naming rule (promtool check metrics warns on camelCase): accelnet's own
+    families use snake_case labels; only the DCGM_FI_* series keep dcgm-exporter's."""
+    snake = re.compile(r"^[a-z_][a-z0-9_]*$")
+    for d in METRICS.values():
+        bad = [label for label in d.labels if not snake.match(label)]
+        if d.dcgm:
+            assert d.labels[: len(DCGM_LABELS)] == DCGM_LABELS
+        else:
+            assert bad == [], (d.name, bad)
+    fams = parse(FakeSource(devices=[gpu(0)]))
+    info = series(fams, "accelnet_device_info")[0]
+    assert info["model_name"] == "NVIDIA H100 80GB HBM3" and info["uuid"] == "GPU-00000000"
 
 
 def test_registries_are_per_app_and_the_global_registry_is_untouched() -> None:

@@ -150,7 +150,7 @@ _DEFS: tuple[MetricDef, ...] = (
               "Requests waiting in the router for a replica to be ready."),
     # ----- devices: state -----
     MetricDef("accelnet_device_info", "gauge", "1",
-              (*_DEV, "vendor", "modelName", "UUID", "pci_bus_id"),
+              (*_DEV, "vendor", "model_name", "uuid", "pci_bus_id"),
               "Always 1: a device's identity, to join on accelnet_device."),
     MetricDef("accelnet_device_state", "gauge", "1", (*_DEV, "state"),
               "1 for the device's lifecycle state, 0 for the others."),
