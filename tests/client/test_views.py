@@ -5,7 +5,14 @@ from __future__ import annotations
 from rich.console import Console
 
 from accelnet.client import DeviceOut, JobOut, PolicyOut, WhoAmI
-from accelnet.client.views import TopView, devices_table, duration, jobs_table, top_screen
+from accelnet.client.views import (
+    TopView,
+    devices_table,
+    duration,
+    job_detail,
+    jobs_table,
+    top_screen,
+)
 
 
 def text(renderable: object) -> str:
@@ -59,3 +66,28 @@ def test_jobs_table_and_top_screen() -> None:
     assert screen.index("j-2") < screen.index("j-1")  # running first, then the queue
     down = text(top_screen(TopView(url="http://x", now=0.0, error="unreachable (retrying)")))
     assert "unreachable (retrying)" in down and "devices 0" in down
+
+
+def test_a_failed_attempt_is_red_only_once_the_job_has_failed() -> None:
+    """Issue 26 item 5: a job being retried shows its earlier attempt's failure as such (not
+    as the job's error); a job that succeeded on a retry shows none."""
+    retried = job(1, "running", started_at=1005.0, attempts=2, failures=1, error="exit 3")
+    done = job(
+        2,
+        "succeeded",
+        started_at=1005.0,
+        finished_at=1009.0,
+        attempts=2,
+        failures=1,
+        error="exit 3",
+    )  # an older server kept the first attempt's error
+    failed = job(3, "failed", started_at=1003.0, finished_at=1010.0, error="exit 4")
+    table = jobs_table([retried, done, failed], now=1100.0)
+    cells = {c: table.columns[5]._cells[i] for i, c in enumerate(("retried", "done", "failed"))}
+    assert cells["retried"].plain == "retried after failure 1: exit 3"
+    assert cells["retried"].style == "yellow"
+    assert cells["done"].plain == ""
+    assert cells["failed"].plain == "exit 4" and cells["failed"].style == "red"
+    assert "exit 3" not in text(job_detail(done, [], now=1100.0))
+    detail = text(job_detail(retried, [], now=1100.0))
+    assert "last failure" in detail and "exit 3" in detail

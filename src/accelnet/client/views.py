@@ -79,10 +79,24 @@ def jobs_table(jobs: Sequence[JobOut], now: float, title: str | None = None) -> 
     for col in ("job", "tenant", "state", "devices", "time", "reason / error"):
         table.add_column(col, no_wrap=col in ("job", "state"), overflow="fold")
     for j in jobs:
-        note = j.reason if j.queued else j.error
         table.add_row(j.id, j.tenant, state_text(j.state), _where(j), duration(_age(j, now)),
-                      Text(note or "", style="red" if j.error else "dim"))  # fmt: skip
+                      _note(j))  # fmt: skip
     return table
+
+
+def _note(job: JobOut) -> Text:
+    """Why a job waits (dim), why it failed (red, once it has ended so), or what failed in
+    an earlier attempt of a job that is being retried (yellow: it may yet succeed). A job
+    that succeeded shows no error, whatever its earlier attempts did."""
+    if job.state == "succeeded":
+        return Text("")
+    if job.error and job.finished_at is not None:
+        return Text(job.error, style="red")
+    if job.queued and job.reason:
+        return Text(job.reason, style="dim")
+    if job.error:
+        return Text(f"retried after failure {job.failures}: {job.error}", style="yellow")
+    return Text(job.reason or "", style="dim")
 
 
 def job_detail(job: JobOut, events: Sequence[EventOut], now: float) -> Group:
@@ -103,8 +117,10 @@ def job_detail(job: JobOut, events: Sequence[EventOut], now: float) -> Group:
         rows.append(("inputs", ", ".join(f"{k}={v}" for k, v in job.inputs.items())))
     if job.reason:
         rows.append(("waits", Text(job.reason, style="yellow")))
-    if job.error:
-        rows.append(("error", Text(job.error, style="red")))
+    if job.error and job.state != "succeeded":
+        ended = job.finished_at is not None
+        rows.append(("error" if ended else "last failure",
+                     Text(job.error, style="red" if ended else "yellow")))  # fmt: skip
     run = job.spec.get("run") or job.spec.get("entrypoint")
     if run:
         rows.append(("run", str(run)))
