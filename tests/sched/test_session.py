@@ -243,3 +243,21 @@ def test_the_session_snapshot_is_what_it_decides_on(config: str) -> None:
         session.put(JobView(f"j{i}", spec(f"j{i}", "any:8", None, i % 3, "a", False),
                             JobState.ADMITTED, float(i)))  # fmt: skip
     same(session.decide(5.0), Scheduler(**CONFIGS[config]).decide(session.snapshot(5.0)))
+
+
+def test_a_job_that_fits_what_is_free_says_so_before_the_next_decision() -> None:
+    """Issue 26 item 4: with devices free, a job submitted since the last decision is not
+    told it lacks room ('largest free fabric has 3'); it waits for the next decision."""
+    fabric = FABRICS["mixed-lab"]
+    session = Session(Scheduler(), fabric, dict.fromkeys(fabric.devices, DeviceState.READY))
+    session.decide(0.0)
+    fits = JobView("fits", spec("fits", "any:1", None, 0, "a", False), JobState.ADMITTED, 1.0)
+    session.put(fits)
+    reason = session.reason("fits")
+    assert code_of(reason) is WaitCode.AWAITING_DECISION
+    assert reason is not None and "fits what is free now" in reason
+    n = len(fabric.devices)
+    big = JobView("big", spec("big", f"any:{n + 1}", None, 0, "a", False), JobState.ADMITTED, 2.0)
+    session.put(big)
+    assert code_of(session.reason("big")) in (WaitCode.NEVER_FITS, WaitCode.NO_CAPACITY)
+    assert [s.job for s in session.decide(3.0).starts] == ["fits"]

@@ -31,6 +31,7 @@ class WaitCode(StrEnum):
     UNKNOWN_TENANT = "unknown_tenant"  # its tenant is not one of the cluster's (unresolvable)
     OVER_QUOTA = "over_quota"  # its tenant's quota is used up
     NO_CAPACITY = "no_capacity"  # it does not fit in what is free now
+    AWAITING_DECISION = "awaiting_decision"  # it fits what is free: the next decision decides
     PREEMPTING = "preempting"  # lower-priority jobs are being stopped to make room for it
     AWAITING_RELEASE = "awaiting_release"  # jobs preempted for it have not let go yet
     DOMAIN_HELD = "domain_held"  # it waited long: devices are held for it as they free up
@@ -111,6 +112,10 @@ def make_reason(text: str, code: WaitCode, facts: Mapping[str, Any] | None = Non
 
 
 AWAITING_ADMISSION = make_reason("waiting for admission", WaitCode.AWAITING_ADMISSION)
+AWAITING_DECISION = make_reason(
+    "fits what is free now: waiting for the scheduler's next decision",
+    WaitCode.AWAITING_DECISION,
+)
 
 
 def never_fits(message: str) -> Reason:

@@ -45,7 +45,13 @@ from accelnet.sched.jobinfo import JobInfo, ProgressFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.placement import explain
-from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, never_fits, no_capacity
+from accelnet.sched.reasons import (
+    AWAITING_ADMISSION,
+    AWAITING_DECISION,
+    Reason,
+    never_fits,
+    no_capacity,
+)
 from accelnet.sched.scheduler import Quota, Scheduler, charge, uncharge
 from accelnet.sched.shortcuts import Failed, Walk, merge_shapes
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
@@ -311,6 +317,8 @@ class Session:
         req, note, over = Quota(self.tenants, self._usage).check(job, base)
         if note is not None:
             return note
+        if self.scheduler.placement.place(req, self.index) is not None:
+            return AWAITING_DECISION  # submitted since the last decision, room free for it
         return no_capacity(explain(req, self.index), over)
 
     def _everyone(self) -> Sequence[JobView]:
