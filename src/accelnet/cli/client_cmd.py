@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from accelnet.cli.fabric_cmd import fail, note
+from accelnet.cli.output import fail, note
 from accelnet.client import ApiError, Client, ConfigError, JobOut, resolve
 from accelnet.client.models import LIVE_STATES
 from accelnet.client.views import (

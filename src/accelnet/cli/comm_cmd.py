@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit
+from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, load_or_exit
+from accelnet.cli.output import fail
 from accelnet.comm import CommError, Communicator, CostModel
 from accelnet.comm.algorithms import ALGORITHMS, Collective
 from accelnet.comm.ring import ring_order, ring_score

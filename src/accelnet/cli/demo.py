@@ -24,7 +24,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from accelnet.cli.fabric_cmd import fail, load_or_exit, note
+from accelnet.cli.fabric_cmd import load_or_exit
+from accelnet.cli.output import fail, note
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.runtime.care.energy_book import energy_from_json

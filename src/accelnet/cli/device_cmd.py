@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from accelnet.cli.fabric_cmd import CpuOpt, fail, load_or_exit, note
+from accelnet.cli.fabric_cmd import CpuOpt, load_or_exit
+from accelnet.cli.output import fail, note
 from accelnet.cli.render import print_wide
 from accelnet.devices.health import Finding, Status, worst
 from accelnet.devices.remediation import PolicyError, RemediationPolicy, load_policy

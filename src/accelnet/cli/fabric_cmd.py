@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from accelnet.cli.output import fail, note
 from accelnet.cli.render import route_detail, show_fabric
 from accelnet.fabric import (
     Fabric,
@@ -41,21 +42,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="stable JSON for scripts (
 CpuOpt = Annotated[
     str, typer.Option("--cpu-devices", help="for 'local': per-core, per-socket, none or N")
 ]
-
-
-def _err() -> Console:
-    return Console(stderr=True)
-
-
-def fail(message: object, code: int) -> NoReturn:
-    """Print ``message`` in red on stderr (never read as markup) and exit with ``code``."""
-    _err().print(Text(str(message), style="red"))
-    raise typer.Exit(code)
-
-
-def note(message: str) -> None:
-    """A yellow note on stderr."""
-    _err().print(Text.assemble(("note: ", "yellow"), message))
 
 
 def _cpu_mode(value: str) -> CpuMode:

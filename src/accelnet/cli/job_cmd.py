@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from accelnet.cli.fabric_cmd import CpuOpt, fail, load_or_exit
+from accelnet.cli.fabric_cmd import CpuOpt, load_or_exit
+from accelnet.cli.output import fail
 from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
 from accelnet.sched.spec import JobSpec, job_json_schema
 from accelnet.sched.topology import Topology

@@ -7,24 +7,57 @@ from typing import Annotated
 
 import typer
 
-from accelnet.cli import client_cmd
-from accelnet.cli.bench_cmd import bench_app
-from accelnet.cli.comm_cmd import comm_app
-from accelnet.cli.demo import demo
-from accelnet.cli.device_cmd import device_app
-from accelnet.cli.fabric_cmd import fabric_app
-from accelnet.cli.job_cmd import job_app
-from accelnet.cli.plan_cmd import plan
-from accelnet.cli.run_cmd import run
-from accelnet.cli.serve_cmd import serve
-from accelnet.cli.service_cmd import service_app
-from accelnet.cli.simulate_cmd import simulate
-from accelnet.cli.token_cmd import token_app
+from accelnet.cli.lazy import LazyCommand, LazyGroup
+
+_C = "accelnet.cli."
+COMMANDS: dict[str, LazyCommand] = {
+    "demo": LazyCommand(_C + "demo:demo", "Run inference, rendering, big-data and video jobs "
+                        "on this machine's devices (or a Ray cluster's)."),
+    "plan": LazyCommand(_C + "plan_cmd:plan", "Plan jobs on a fabric without running them: "
+                        "placements and reasons to wait."),
+    "run": LazyCommand(_C + "run_cmd:run", "Run job files to completion on this machine (or an "
+                       "emulated fabric, or a Ray cluster) and report."),
+    "simulate": LazyCommand(_C + "simulate_cmd:simulate", "Replay a trace on a fabric with "
+                            "the live scheduler, in virtual time, and report."),
+    "serve": LazyCommand(_C + "serve_cmd:serve", "Serve the REST API (docs/api.md) and run the "
+                         "controller, until Ctrl-C or SIGTERM."),
+    "submit": LazyCommand(_C + "client_cmd:submit", "Submit the jobs of job files, all or "
+                          "none (checked here first, then by the server)."),
+    "status": LazyCommand(_C + "client_cmd:status", "One job (its fields and event log), or "
+                          "the running services and the latest jobs."),
+    "logs": LazyCommand(_C + "client_cmd:logs", "A job's output (stdout of rank 0 of its "
+                        "latest attempt, unless told otherwise)."),
+    "cancel": LazyCommand(_C + "client_cmd:cancel", "Cancel jobs: queued ones at once, running "
+                          "ones once their tasks stop."),
+    "devices": LazyCommand(_C + "client_cmd:devices", "The server's devices: state, health, "
+                           "readings, jobs."),
+    "top": LazyCommand(_C + "client_cmd:top", "A live view of the devices and the queue (why "
+                       "each job waits); Ctrl-C ends it."),
+    "fabric": LazyCommand(_C + "fabric_cmd:fabric_app", "The physical network: show, route, "
+                          "validate."),
+    "job": LazyCommand(_C + "job_cmd:job_app", "Job files: validate, schema."),
+    "comm": LazyCommand(_C + "comm_cmd:comm_app", "The communication model: collective "
+                        "estimates, ring orders, placement."),
+    "bench": LazyCommand(_C + "bench_cmd:bench_app", "Real measurements on this machine's "
+                         "devices."),
+    "device": LazyCommand(_C + "device_cmd:device_app", "Devices: list with health; history; "
+                          "drain, undrain, reset, probe."),
+    "token": LazyCommand(_C + "token_cmd:token_app", "API tokens: create, list, revoke."),
+    "service": LazyCommand(_C + "service_cmd:service_app", "Services: replicas of a model "
+                           "behind one address, scaled with their load."),
+}  # fmt: skip
+"""Every command, in the order ``--help`` lists them, imported only when it runs."""
+
+
+class _Commands(LazyGroup):
+    lazy = COMMANDS
+
 
 app = typer.Typer(
     name="accelnet",
     help="Run work on a network of heterogeneous accelerators.",
     no_args_is_help=True,
+    cls=_Commands,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -54,26 +87,6 @@ def _root(
     ] = False,
 ) -> None:
     """Run work on a network of heterogeneous accelerators."""
-
-
-app.add_typer(fabric_app, name="fabric")
-app.add_typer(job_app, name="job")
-app.add_typer(comm_app, name="comm")
-app.add_typer(bench_app, name="bench")
-app.add_typer(device_app, name="device")
-app.add_typer(token_app, name="token")
-app.add_typer(service_app, name="service")
-app.command("demo")(demo)
-app.command("plan")(plan)
-app.command("run")(run)
-app.command("simulate")(simulate)
-app.command("serve")(serve)
-app.command("submit")(client_cmd.submit)  # the client commands: over accelnet.Client
-app.command("status")(client_cmd.status)
-app.command("logs")(client_cmd.logs)
-app.command("cancel")(client_cmd.cancel)
-app.command("devices")(client_cmd.devices)
-app.command("top")(client_cmd.top)
 
 
 def main() -> None:

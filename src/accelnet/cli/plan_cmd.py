@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit
+from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, load_or_exit
 from accelnet.cli.job_cmd import load_or_exit_jobs
+from accelnet.cli.output import fail
 from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.fabric import UnknownNameError
 from accelnet.sched import JobState, JobView, Scheduler, Snapshot

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from accelnet.cli.fabric_cmd import fail, note
+from accelnet.cli.output import fail, note
 from accelnet.runtime.ray.connect import RayConnectError, RayOptions, RayUnavailableError
 from accelnet.runtime.ray.local_cluster import LOCAL_CLUSTER, local_ray_cluster
 

@@ -18,8 +18,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from accelnet.cli.fabric_cmd import fail, load_or_exit, note
+from accelnet.cli.fabric_cmd import load_or_exit
 from accelnet.cli.job_cmd import load_or_exit_jobs
+from accelnet.cli.output import fail, note
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.cli.run_report import (

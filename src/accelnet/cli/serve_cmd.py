@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from accelnet.cli.fabric_cmd import fail
+from accelnet.cli.output import fail
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.round_opts import ReallocationOpt
 from accelnet.specio import SpecError

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from accelnet.cli.client_cmd import JsonOpt, TokenOpt, UrlOpt, dump, session
-from accelnet.cli.fabric_cmd import fail, note
+from accelnet.cli.output import fail, note
 from accelnet.client.views import service_detail, services_table
 
 service_app = typer.Typer(

@@ -20,7 +20,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, fail, load_or_exit, note
+from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, load_or_exit
+from accelnet.cli.output import fail, note
 from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.cli.round_opts import ReallocationOpt
 from accelnet.fabric import Fabric, UnknownNameError

@@ -21,7 +21,7 @@ from rich.table import Table
 from accelnet.api.db import ApiDb, ApiDbError
 from accelnet.api.tenants import Tenants
 from accelnet.api.tokens import Role, Tokens
-from accelnet.cli.fabric_cmd import fail, note
+from accelnet.cli.output import fail, note
 
 token_app = typer.Typer(help="API tokens: create, list, revoke.", no_args_is_help=True)
 DbOpt = Annotated[Path, typer.Option(help="the server's SQLite file (accelnet serve --db)")]
