@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
@@ -66,6 +65,8 @@ app = typer.Typer(
 def _print_version(wanted: bool) -> None:
     if not wanted:
         return
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 (start-up)
+
     try:
         found = version("accelnet")
     except PackageNotFoundError:  # run from a source tree that was never installed
