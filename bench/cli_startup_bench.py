@@ -57,7 +57,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 def largest_imports(env: dict[str, str], top: int = 8) -> list[dict[str, Any]]:
     """``python -X importtime`` of ``accelnet --help``: the largest top-level imports."""
-    code = "from accelnet.cli.main import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass"
+    code = ("from accelnet.cli.main import app\n"
+            "try:\n    app(['--help'])\nexcept SystemExit:\n    pass")  # fmt: skip
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True,
                           text=True, env=env, check=False)  # fmt: skip
     rows = []
