@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 from accelnet.client import ApiError, Client, ConfigError, JobOut, resolve
 from accelnet.client.models import LIVE_STATES
 from accelnet.client.views import (
@@ -101,7 +101,7 @@ def submit(
         if not as_json:
             for j in jobs:
                 why = f": {j.reason}" if j.reason else ""
-                Console().print(f"submitted [bold]{j.id}[/] (tenant {j.tenant}) {j.state}{why}",
+                out_console().print(f"submitted [bold]{j.id}[/] (tenant {j.tenant}) {j.state}{why}",
                                 highlight=False)  # fmt: skip
         if not wait:
             if as_json:
@@ -119,7 +119,7 @@ def submit(
             if not as_json:
                 last = done[-1]
                 extra = f": {last.error}" if last.error else ""
-                Console().print(f"{last.id} {last.state}{extra}", highlight=False)
+                out_console().print(f"{last.id} {last.state}{extra}", highlight=False)
         if as_json:
             dump(_jobs_json(done))
         if any(j.state != "succeeded" for j in done):
@@ -145,7 +145,7 @@ def status(
             if as_json:
                 dump(out.model_dump(mode="json"))
                 return
-            Console().print(job_detail(out, api.events(out).events, now))
+            out_console().print(job_detail(out, api.events(out).events, now))
             return
         jobs = list(api.jobs(state, tenant=tenant, limit=limit))
         services = [s for s in api.services() if tenant is None or s.tenant == tenant]
@@ -153,11 +153,11 @@ def status(
             dump(_jobs_json(jobs) | {"services": [s.model_dump(mode="json") for s in services]})
             return
         if services:
-            Console().print(services_table(services, title="services"))
+            out_console().print(services_table(services, title="services"))
         if not jobs:
             note("no jobs" + (f" in state {state}" if state else ""))
             return
-        Console().print(jobs_table(jobs, now, title="jobs" if services else None))
+        out_console().print(jobs_table(jobs, now, title="jobs" if services else None))
 
 
 def logs(
@@ -202,19 +202,20 @@ def cancel(
                 failed = True
                 continue
             word = "cancelled" if out.finished else f"cancelling ({out.state}; stops soon)"
-            Console().print(f"{out.id} {word}", highlight=False)
+            out_console().print(f"{out.id} {word}", highlight=False)
     if failed:
         raise typer.Exit(1)
 
 
 def devices(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """The server's devices: state, health, readings, jobs."""
+    """The server's devices, over its API: state, health, readings, jobs. This machine's
+    devices read here (no server): accelnet device list."""
     with session(url, token) as api:
         found = api.devices()
         if as_json:
             dump({"devices": [d.model_dump(mode="json") for d in found]})
             return
-        Console().print(devices_table(found))
+        out_console().print(devices_table(found))
 
 
 def _frame(api: Client, who: Any, rows: int) -> TopView:
@@ -244,7 +245,7 @@ def top(
             frame = _frame(api, who, rows)
             if frame.error:
                 fail(frame.error.removesuffix(" (retrying)"), 1)
-            Console().print(top_screen(frame))
+            out_console().print(top_screen(frame))
             return
         with (
             contextlib.suppress(KeyboardInterrupt),

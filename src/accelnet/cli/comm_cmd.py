@@ -7,11 +7,10 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, load_or_exit
-from accelnet.cli.output import fail
+from accelnet.cli.output import fail, out_console
 from accelnet.comm import CommError, Communicator, CostModel
 from accelnet.comm.algorithms import ALGORITHMS, Collective
 from accelnet.comm.ring import ring_order, ring_score
@@ -99,8 +98,8 @@ def estimate(
             f"{best.algbw_gbps:,.2f}", f"{best.busbw_gbps:,.2f}",
             *(f"{by_alg[a].time_s * 1e6:,.1f}" if a in by_alg else "-" for a in algs),
         )  # fmt: skip
-    Console().print(table)
-    Console().print(f"ranks in ring order: {', '.join(comm.ranks)}")
+    out_console().print(table)
+    out_console().print(f"ranks in ring order: {', '.join(comm.ranks)}")
 
 
 @comm_app.command("ring")
@@ -128,7 +127,7 @@ def ring_cmd(
                       "bandwidth_gbps": r.bandwidth_gbps} for r in hops],
         })  # fmt: skip
         return
-    console = Console()
+    console = out_console()
     table = Table(title=f"ring over {best.size} devices of {fabric.name}")
     for col in ("from", "to", "level", "GB/s"):
         table.add_column(col)
@@ -179,4 +178,4 @@ def place(
     for p in placed:
         table.add_row(p.strategy, ", ".join(p.devices), p.algorithm, f"{p.time_s * 1e3:,.3f}",
                       f"{p.busbw_gbps:,.1f}", f"{aware / p.busbw_gbps:,.2f}")  # fmt: skip
-    Console().print(table)
+    out_console().print(table)

@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import CpuOpt, load_or_exit
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 from accelnet.cli.render import print_wide
 from accelnet.devices.health import Finding, Status, worst
 from accelnet.devices.remediation import PolicyError, RemediationPolicy, load_policy
@@ -145,8 +144,9 @@ def list_devices(
     policy: PolicyOpt = None,
     cpu_devices: CpuOpt = "per-core",
 ) -> None:
-    """Every device: state, remediation phase, health, utilization, memory, power,
-    temperature, current jobs (states and jobs need --db: the store of a running system)."""
+    """This machine's devices, read here: state, remediation phase, health, utilization,
+    memory, power, temperature, current jobs (states and jobs need --db: the store of a
+    running system). A server's devices over its API: accelnet devices."""
     fab, emulated = _fabric(fabric, cpu_devices)
     samples = _sample_now(fab, emulated)
     if db is not None:
@@ -167,7 +167,7 @@ def list_devices(
     if as_json:
         sys.stdout.write(json.dumps(devices_json(rows, str(db or "sampled now")), indent=2) + "\n")
         return
-    print_wide(Console(), _table(rows))
+    print_wide(out_console(), _table(rows))
     if db is None:
         note("no --db: states and jobs come from a store (accelnet run --db FILE)")
     if emulated:
@@ -244,7 +244,7 @@ def history(
             f"{stat(b, 'power_w', 'mean', '')}/{stat(b, 'power_w', 'max', ' W')}",
             stat(b, "temperature_c", "max", " C"), Text(", ".join(events)[:80]),
         )  # fmt: skip
-    print_wide(Console(), table)
+    print_wide(out_console(), table)
     if not buckets:
         note(f"no history in {db}" + (f" for {device}" if device else ""))
 
@@ -292,15 +292,15 @@ def _report(result: dict[str, Any], as_json: bool, db: Path) -> None:
              "running on this store carries it out when it starts (accelnet run --db)")  # fmt: skip
     else:
         style = "green" if result["ok"] else "red"
-        Console().print(Text(("ok: " if result["ok"] else "refused/failed: ") + result["detail"],
-                             style))  # fmt: skip
+        word = "ok: " if result["ok"] else "refused/failed: "
+        out_console().print(Text(word + result["detail"], style))
         _print_findings(result.get("findings", []))
     if result["answered"] and not result["ok"]:
         raise typer.Exit(1)
 
 
 def _print_findings(findings: list[dict[str, Any]]) -> None:
-    console = Console()
+    console = out_console()
     for f in findings:
         style = _HEALTH_STYLE.get(f["status"], "")
         limit = f"  (limit {f['limit']})" if f["limit"] else ""
@@ -404,7 +404,7 @@ def _direct_report(
         data = {"device": device, "ok": ok, "detail": detail, "findings": found}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        Console().print(Text(f"{device}: {detail}", "green" if ok else "red"))
+        out_console().print(Text(f"{device}: {detail}", "green" if ok else "red"))
         _print_findings(found)
     if not ok:
         raise typer.Exit(1)
@@ -421,7 +421,7 @@ def show_policy(
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    console = Console()
+    console = out_console()
     for kind, p in data.items():
         checks = ", ".join(f"{k}={v}" for k, v in p.pop("checks").items() if v is not None)
         console.print(

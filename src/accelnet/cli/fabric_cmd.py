@@ -7,11 +7,10 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 from accelnet.cli.render import route_detail, show_fabric
 from accelnet.fabric import (
     Fabric,
@@ -87,7 +86,7 @@ def show(
     if as_json:
         _dump(fabric_to_json(fabric))
         return
-    show_fabric(Console(), fabric, hosts)
+    show_fabric(out_console(), fabric, hosts)
 
 
 @fabric_app.command("route")
@@ -109,7 +108,7 @@ def route(
     if as_json:
         _dump(r.to_json())
         return
-    Console().print(route_detail(r))
+    out_console().print(route_detail(r))
 
 
 @fabric_app.command("validate")
@@ -150,7 +149,9 @@ def validate(
         _dump({"schema": "accelnet.validation/v1", "valid": True, "file": file, **summary})
         return
     counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in summary.items())
-    Console().print(Text.assemble(("ok ", "green"), f"{file}: fabric {fabric.name!r}, {counts}"))
+    out_console().print(
+        Text.assemble(("ok ", "green"), f"{file}: fabric {fabric.name!r}, {counts}")
+    )
 
 
 @fabric_app.command("presets")
@@ -161,7 +162,7 @@ def presets() -> None:
         table.add_row(name, preset_spec(name).get("description", ""))
     table.add_row("fat-tree:...", FAT_TREE_HELP)
     table.add_row("dgx-h100:...", POD_HELP)
-    Console().print(table)
+    out_console().print(table)
 
 
 @fabric_app.command("models")
@@ -194,7 +195,7 @@ def models(as_json: JsonOpt = False) -> None:
             f"{m.idle_w:g}-{m.max_w:g}",
             link,
         )
-    Console().print(table)
+    out_console().print(table)
 
 
 @fabric_app.command("schema")

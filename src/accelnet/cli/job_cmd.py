@@ -7,11 +7,10 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import CpuOpt, load_or_exit
-from accelnet.cli.output import fail
+from accelnet.cli.output import fail, out_console
 from accelnet.sched.jobfile import JobSpecError, check_runnable, load_jobs
 from accelnet.sched.spec import JobSpec, job_json_schema
 from accelnet.sched.topology import Topology
@@ -52,10 +51,10 @@ def validate(
         except JobSpecError as exc:
             fail(exc, 1)
         where = f" on {topo.fabric.name}" if topo else ""
-        Console().print(Text.assemble(("ok ", "green"), f"{path}: {len(jobs)} job(s){where}"))
+        out_console().print(Text.assemble(("ok ", "green"), f"{path}: {len(jobs)} job(s){where}"))
 
 
 @job_app.command("schema")
 def schema() -> None:
-    """JSON schema of one job (a job file holds one, or several under ``jobs:``)."""
+    """JSON schema of one job (a job file holds one, or several under jobs:)."""
     sys.stdout.write(json.dumps(job_json_schema(), indent=2) + "\n")

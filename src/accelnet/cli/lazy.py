@@ -19,6 +19,7 @@ from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     from typer._click.core import Command, Context
+    from typer._click.formatting import HelpFormatter
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,21 @@ def load(name: str, entry: LazyCommand) -> Command:
         single.command(name)(obj)
         cmd = typer.main.get_command(single)
     cmd.name = name
+    tidy(cmd)
     return cmd
+
+
+def tidy(cmd: Command) -> None:
+    """Flags (``--wait``, ``--json``, ``--help``) show no ``<bool>`` in help: they take no
+    value. For ``cmd``, its own help option and every command under it."""
+    for param in cmd.params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    helper = cmd.get_help_option(typer.Context(cmd))
+    if helper is not None:
+        helper.metavar = ""
+    for sub in getattr(cmd, "commands", {}).values():
+        tidy(sub)
 
 
 class LazyGroup(TyperGroup):
@@ -50,6 +65,10 @@ class LazyGroup(TyperGroup):
     complete its arguments)."""
 
     lazy: dict[str, LazyCommand] = {}  # noqa: RUF012 - read-only, set per subclass
+
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        tidy(self)  # the root's own flags (--version, --install-completion...)
+        super().format_help(ctx, formatter)
 
     def list_commands(self, ctx: Context) -> list[str]:
         eager = super().list_commands(ctx)

@@ -28,8 +28,8 @@ COMMANDS: dict[str, LazyCommand] = {
                         "latest attempt, unless told otherwise)."),
     "cancel": LazyCommand(_C + "client_cmd:cancel", "Cancel jobs: queued ones at once, running "
                           "ones once their tasks stop."),
-    "devices": LazyCommand(_C + "client_cmd:devices", "The server's devices: state, health, "
-                           "readings, jobs."),
+    "devices": LazyCommand(_C + "client_cmd:devices", "The server's devices, over its API: "
+                           "state, health, readings, jobs."),
     "top": LazyCommand(_C + "client_cmd:top", "A live view of the devices and the queue (why "
                        "each job waits); Ctrl-C ends it."),
     "fabric": LazyCommand(_C + "fabric_cmd:fabric_app", "The physical network: show, route, "
@@ -57,7 +57,7 @@ app = typer.Typer(
     help="Run work on a network of heterogeneous accelerators.",
     no_args_is_help=True,
     cls=_Commands,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
 )
 
@@ -83,6 +83,7 @@ def _root(
             "--version",
             callback=_print_version,
             is_eager=True,
+            metavar="",
             help="print accelnet's version and exit",
         ),
     ] = False,

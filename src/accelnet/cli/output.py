@@ -3,11 +3,25 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
+
+PIPED_WIDTH = 10_000
+"""Columns of a console whose output is piped: no row of a table wraps (one line per row,
+for grep and awk), where a terminal's would fold a long cell into many lines."""
+
+
+def out_console() -> Console:
+    """A console on stdout for results: a terminal's width in a terminal; piped (and no
+    ``COLUMNS`` set), :data:`PIPED_WIDTH`, so tables keep one line per row."""
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return Console()
+    return Console(width=PIPED_WIDTH)
 
 
 def err_console() -> Console:

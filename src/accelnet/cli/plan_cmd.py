@@ -12,13 +12,12 @@ from dataclasses import replace
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, load_or_exit
 from accelnet.cli.job_cmd import load_or_exit_jobs
-from accelnet.cli.output import fail
+from accelnet.cli.output import fail, out_console
 from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.fabric import UnknownNameError
 from accelnet.sched import JobState, JobView, Scheduler, Snapshot
@@ -84,4 +83,4 @@ def plan(
         else:
             table.add_row(Text(s.name), Text("wait", "yellow"), Text(""), Text(""), Text(""),
                           Text(decision.waiting.get(s.name, "")))  # fmt: skip
-    Console().print(table)
+    out_console().print(table)

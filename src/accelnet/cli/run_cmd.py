@@ -136,8 +136,9 @@ def run(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON summary for scripts")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
-    policy: Annotated[
-        Path | None, typer.Option(help="device remediation policy (YAML; docs/devices.md)")
+    device_policy: Annotated[
+        Path | None,
+        typer.Option(help="device remediation policy (YAML; docs/devices.md; as serve's)"),
     ] = None,
     faults: Annotated[
         Path | None, typer.Option(help="faults to inject (YAML; docs/devices.md)")
@@ -158,7 +159,8 @@ def run(
     cluster) and report."""
     try:
         with ray_backend(backend, ray_address, "auto") as ray:
-            _run(job_files, fabric, out, db, as_json, timeout, policy, faults, power_budget, ray)
+            _run(job_files, fabric, out, db, as_json, timeout, device_policy, faults, power_budget,
+                 ray)  # fmt: skip
     except KeyboardInterrupt:  # outside the wait for the jobs (starting, stopping)
         again = f"; rerun with --db {db} to resume" if db is not None else ""
         fail(f"interrupted{again}", INTERRUPTED)

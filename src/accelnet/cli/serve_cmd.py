@@ -95,7 +95,7 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the REST API (docs/api.md) and run the controller, until Ctrl-C or SIGTERM.
-    ``--backend ray`` runs the tasks on a Ray cluster (docs/ray.md)."""
+    --backend ray runs the tasks on a Ray cluster (docs/ray.md)."""
     # fastapi and uvicorn only when serving: the other commands start faster without them
     from accelnet.api.server import ServeOptions  # noqa: PLC0415
 

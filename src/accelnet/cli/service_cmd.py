@@ -8,10 +8,9 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from accelnet.cli.client_cmd import JsonOpt, TokenOpt, UrlOpt, dump, session
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 from accelnet.client.views import service_detail, services_table
 
 service_app = typer.Typer(
@@ -37,7 +36,7 @@ def up(
     with session(url, token) as api:
         svc = api.create_service(file)
         if not as_json:
-            Console().print(f"service [bold]{svc.name}[/] (tenant {svc.tenant}) answers at "
+            out_console().print(f"service [bold]{svc.name}[/] (tenant {svc.tenant}) answers at "
                             f"{svc.url}", highlight=False)  # fmt: skip
         end = time.monotonic() + wait
         while wait > 0 and svc.ready < min(1, svc.max_replicas) and svc.min_replicas > 0:
@@ -49,7 +48,7 @@ def up(
         if as_json:
             dump(svc.model_dump(mode="json"))
         else:
-            Console().print(services_table([svc]))
+            out_console().print(services_table([svc]))
 
 
 @service_app.command("ls")
@@ -62,7 +61,7 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
         elif not services:
             note("no services")
         else:
-            Console().print(services_table(services))
+            out_console().print(services_table(services))
 
 
 @service_app.command("show")
@@ -79,7 +78,7 @@ def show(
         if as_json:
             dump(svc.model_dump(mode="json"))
         else:
-            Console().print(service_detail(svc))
+            out_console().print(service_detail(svc))
 
 
 @service_app.command("update")
@@ -97,7 +96,7 @@ def update(
         if as_json:
             dump(svc.model_dump(mode="json"))
         else:
-            Console().print(f"service [bold]{svc.name}[/] rolling to version {svc.version}",
+            out_console().print(f"service [bold]{svc.name}[/] rolling to version {svc.version}",
                             highlight=False)  # fmt: skip
 
 
@@ -116,5 +115,5 @@ def down(
             dump(svc.model_dump(mode="json"))
         else:
             gone = len(svc.replicas)
-            Console().print(f"service [bold]{svc.name}[/] stopped ({gone} replicas cancelled)",
+            out_console().print(f"service [bold]{svc.name}[/] stopped ({gone} replicas cancelled)",
                             highlight=False)  # fmt: skip

@@ -21,7 +21,7 @@ from rich.progress import (
 )
 
 from accelnet.cli.fabric_cmd import CpuOpt, JsonOpt, load_or_exit
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 from accelnet.cli.placement_opt import PLACEMENT_HELP, FragMixOpt, placement_maker
 from accelnet.cli.round_opts import ReallocationOpt
 from accelnet.fabric import Fabric, UnknownNameError
@@ -206,7 +206,7 @@ def simulate(
         }  # fmt: skip
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
         return
-    Console().print(report.table(results, figures))
+    out_console().print(report.table(results, figures))
 
 
 def _jobs(jobs: Iterable[SimJob], locality_wait: float | None) -> Iterable[SimJob]:

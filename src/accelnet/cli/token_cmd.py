@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from accelnet.api.db import ApiDb, ApiDbError
 from accelnet.api.tenants import Tenants
 from accelnet.api.tokens import Role, Tokens
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 
 token_app = typer.Typer(help="API tokens: create, list, revoke.", no_args_is_help=True)
 DbOpt = Annotated[Path, typer.Option(help="the server's SQLite file (accelnet serve --db)")]
@@ -93,7 +92,7 @@ def list_tokens(db: DbOpt, as_json: JsonOpt = False) -> None:
         revoked = "-" if t.revoked_at is None else time.strftime(
             "%Y-%m-%d %H:%M", time.localtime(t.revoked_at))  # fmt: skip
         table.add_row(t.id, t.tenant, t.role.value, t.name or "-", created, revoked)
-    Console().print(table)
+    out_console().print(table)
 
 
 @token_app.command("revoke")
