@@ -1,8 +1,11 @@
 """The accelnet agent on one Ray node: that node's devices, run by a :class:`LocalBackend`.
 
 :class:`~accelnet.runtime.ray.backend.RayBackend` starts one agent per node, as a Ray
-actor pinned to the node (node affinity, not soft; ``num_cpus=0``, ``num_gpus=0``, so
-Ray neither reserves nor remaps devices). The agent runs the node's share of accelnet
+actor pinned to the node (node affinity, not soft; ``num_cpus=0``). In Ray's resource
+view the agent holds the node's GPUs that accelnet runs (``num_gpus``: as many as Ray
+counts on the node, at most accelnet's), so that Ray Train, Ray Serve or anyone else's Ray
+tasks on a shared cluster never see them as free; accelnet itself still chooses the device
+of each task (``CUDA_VISIBLE_DEVICES`` set per task, never Ray's remapping). The agent runs the node's share of accelnet
 exactly as it runs on one machine: one worker process per device, commands in process
 groups of their own (cancel and timeouts kill the whole tree), payloads inside the
 device's worker, ``CUDA_VISIBLE_DEVICES`` set by accelnet to the device it chose, logs
@@ -115,6 +118,16 @@ def unpack_newer(blob: bytes, folder: Path) -> int:
     return sum(m.isfile() for m in newer)
 
 
+def _ray_gpu_ids() -> list[str]:
+    """The GPU ids Ray gave this actor (its ``num_gpus``); none outside Ray."""
+    try:
+        import ray  # noqa: PLC0415
+
+        return [str(i) for i in ray.get_gpu_ids()]
+    except Exception:  # noqa: BLE001 - not in a Ray worker
+        return []
+
+
 class NodeAgent:
     """The body of the per-node actor (see the module docstring). Its methods are called
     by Ray from several threads at once; all of them return quickly except
@@ -169,7 +182,7 @@ class NodeAgent:
         """Who and where the agent is (the driver waits for this before using it)."""
         return {"pid": os.getpid(), "node_id": self.setup.report.node_id, "host": self.host,
                 "workdir": str(self.workdir), "shared": self.shared,
-                "address": self.address}  # fmt: skip
+                "address": self.address, "ray_gpus": _ray_gpu_ids()}  # fmt: skip
 
     def rendezvous(self) -> tuple[str, int | None]:
         """This node's address (the one Ray knows it by) and a TCP port free on it now:

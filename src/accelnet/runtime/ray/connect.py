@@ -122,7 +122,11 @@ class RayOptions:
     its tasks end LOST). ``connect_timeout_s`` bounds discovery and the agents' start.
     ``share_files``: nodes that can see the driver's working folder keep their folders
     there and write logs straight into its log folder; False: every node keeps its own,
-    in its temporary folder, and logs travel back with each task's end.
+    in its temporary folder, and logs travel back with each task's end. ``hold_gpus``:
+    each node's agent holds accelnet's GPUs there in Ray's resource view (as many as Ray
+    counts on the node), so that other Ray work on the cluster is never given them (a node
+    whose GPUs another holder keeps waits for them, up to ``connect_timeout_s``); False
+    leaves them free in Ray's view (a second accelnet on the same GPUs, knowingly).
     """
 
     address: str = "auto"
@@ -137,6 +141,7 @@ class RayOptions:
     node_timeout_s: float = 30.0
     connect_timeout_s: float = 120.0
     share_files: bool = True
+    hold_gpus: bool = True
 
     def connect(self, fabric: Fabric | str | None, workdir: str | Path, clock: Clock) -> RayBackend:
         """Join the cluster and start an agent on every node; the backend. ``fabric``

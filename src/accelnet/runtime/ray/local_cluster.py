@@ -33,11 +33,15 @@ DEMO_NODES: Mapping[str, str] = {
 _QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def node_args(host: str, emulate: str, cpus: int = 1, object_store_mb: int = 100) -> dict[str, Any]:
-    """``Cluster.add_node`` arguments of one emulated node, on 127.0.0.1."""
+def node_args(
+    host: str, emulate: str, cpus: int = 1, object_store_mb: int = 100, gpus: int = 0
+) -> dict[str, Any]:
+    """``Cluster.add_node`` arguments of one emulated node, on 127.0.0.1 (``gpus``: the GPUs
+    Ray counts on it, as a GPU node's Ray would; none by default)."""
     return {
         "node_ip_address": LOOPBACK,
         "num_cpus": cpus,
+        "num_gpus": gpus,
         "object_store_memory": object_store_mb * 1024 * 1024,
         "labels": {HOST_LABEL: host, EMULATE_LABEL: emulate},
     }
@@ -60,16 +64,21 @@ def new_cluster(head_args: Mapping[str, Any]) -> Any:
 
 
 def start_cluster(
-    nodes: Mapping[str, str] = DEMO_NODES, cpus: int = 1, object_store_mb: int = 100
+    nodes: Mapping[str, str] = DEMO_NODES,
+    cpus: int = 1,
+    object_store_mb: int = 100,
+    gpus: Mapping[str, int] | None = None,
 ) -> Any:
     """Start the cluster (the first node is the head) on 127.0.0.1; the ``Cluster``, whose
-    ``address`` is ``127.0.0.1:port``. Blocks until every node is up (seconds per node).
-    RayUnavailableError without Ray."""
+    ``address`` is ``127.0.0.1:port``. ``gpus``: GPUs Ray counts on some nodes (by host).
+    Blocks until every node is up (seconds per node). RayUnavailableError without Ray."""
     (head, emulate), *rest = nodes.items()
-    cluster = new_cluster(node_args(head, emulate, cpus, object_store_mb))
+    gpus = gpus or {}
+    cluster = new_cluster(node_args(head, emulate, cpus, object_store_mb, gpus.get(head, 0)))
     try:
         for host, emulate in rest:
-            cluster.add_node(wait=False, **node_args(host, emulate, cpus, object_store_mb))
+            args = node_args(host, emulate, cpus, object_store_mb, gpus.get(host, 0))
+            cluster.add_node(wait=False, **args)
         cluster.wait_for_nodes()
     except BaseException:
         cluster.shutdown()

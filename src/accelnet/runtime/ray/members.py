@@ -103,15 +103,36 @@ class Members:
         node.epoch += 1
         self._known.add(report.node_id)
         node.agent = self._agent_cls.options(
-            num_cpus=0, num_gpus=0, max_concurrency=16, max_restarts=0,
-            scheduling_strategy=pinned(report.node_id),
+            num_cpus=0, num_gpus=self._gpus_to_hold(report), max_concurrency=16,
+            max_restarts=0, scheduling_strategy=pinned(report.node_id),
+            name=f"accelnet-agent/{report.host}/{self._session[:8]}/{node.epoch}",
         ).remote(setup)  # fmt: skip
         ref = node.agent.hello.remote()
         self._waiting[ref] = ("hello", report.host)
         return ref
 
+    def _gpus_to_hold(self, report: NodeReport) -> int:
+        """How many GPUs the node's agent holds in Ray's resource view: accelnet's GPUs on
+        the node, at most what Ray counts there (an emulated node declares none)."""
+        ours = sum(1 for d in report.devices if d[1].get("kind") == "gpu")
+        if not ours or not self.options.hold_gpus:
+            return 0
+        for n in self._ray.nodes():
+            if n.get("NodeID") == report.node_id:
+                return min(ours, int(n.get("Resources", {}).get("GPU", 0)))
+        return 0
+
     def _hello(self, host: str, info: Mapping[str, Any]) -> None:
         node = self.nodes[host]
+        held = [str(i) for i in info.get("ray_gpus") or ()]
+        runs = [str(self.fabric.devices[d].index) for d in node.devices
+                if self.fabric.devices[d].model.kind.value == "gpu"]  # fmt: skip
+        if held and sorted(held) != sorted(runs):
+            self.notes.append(
+                f"host {host}: Ray gave accelnet's agent GPUs {', '.join(held)} but accelnet "
+                f"runs on GPUs {', '.join(runs)}: Ray may give others' tasks GPUs accelnet "
+                "uses (let accelnet's fabric list every GPU of the node)"
+            )
         node.up, node.shared, node.heard = True, bool(info["shared"]), time.monotonic()
         node.address = str(info.get("address") or node.address)
         node.sent_path, node.polls, node.seq = None, 0, 0
