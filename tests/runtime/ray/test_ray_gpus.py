@@ -49,7 +49,7 @@ def test_agents_hold_accelnets_gpus_while_it_runs_and_let_go_at_close(
         assert backend.hosts() == {"g0": True, "c0": True}
         _until(lambda: _gpus_free() == 0, "g0's agent holds its 2 GPUs in Ray's view")
         # a Ray task that asks for a GPU is not given one of accelnet's
-        probe = ray.remote(num_gpus=1, num_cpus=0)(lambda: ray.get_gpu_ids()).remote()
+        probe = ray.remote(num_gpus=1, num_cpus=0)(ray.get_gpu_ids).remote()
         ready, _ = ray.wait([probe], timeout=3.0)
         assert ready == []
         names = set(ray.util.list_named_actors())

@@ -5,10 +5,10 @@ actor pinned to the node (node affinity, not soft; ``num_cpus=0``). In Ray's res
 view the agent holds the node's GPUs that accelnet runs (``num_gpus``: as many as Ray
 counts on the node, at most accelnet's), so that Ray Train, Ray Serve or anyone else's Ray
 tasks on a shared cluster never see them as free; accelnet itself still chooses the device
-of each task (``CUDA_VISIBLE_DEVICES`` set per task, never Ray's remapping). The agent runs the node's share of accelnet
-exactly as it runs on one machine: one worker process per device, commands in process
-groups of their own (cancel and timeouts kill the whole tree), payloads inside the
-device's worker, ``CUDA_VISIBLE_DEVICES`` set by accelnet to the device it chose, logs
+of each task (``CUDA_VISIBLE_DEVICES`` set per task, never Ray's remapping). The agent
+runs the node's share of accelnet exactly as it runs on one machine: one worker process
+per device, commands in process groups of their own (cancel and timeouts kill the whole
+tree), payloads inside the device's worker, ``CUDA_VISIBLE_DEVICES`` set by accelnet to the device it chose, logs
 through spool files, each attempt's shared memory. Tasks also see ``ACCELNET_RAY_NODE``
 (the node's id). The worker processes are the agent's children and die with it: a node
 that goes away takes its tasks along.
@@ -124,7 +124,7 @@ def _ray_gpu_ids() -> list[str]:
         import ray  # noqa: PLC0415
 
         return [str(i) for i in ray.get_gpu_ids()]
-    except Exception:  # noqa: BLE001 - not in a Ray worker
+    except Exception:  # not in a Ray worker
         return []
 
 
