@@ -1,17 +1,17 @@
 """The accelnet agent on one Ray node: that node's devices, run by a :class:`LocalBackend`.
 
 :class:`~accelnet.runtime.ray.backend.RayBackend` starts one agent per node, as a Ray
-actor pinned to the node (node affinity, not soft; ``num_cpus=0``). In Ray's resource
-view the agent holds the node's GPUs that accelnet runs (``num_gpus``: as many as Ray
-counts on the node, at most accelnet's), so that Ray Train, Ray Serve or anyone else's Ray
-tasks on a shared cluster never see them as free; accelnet itself still chooses the device
-of each task (``CUDA_VISIBLE_DEVICES`` set per task, never Ray's remapping). The agent
-runs the node's share of accelnet exactly as it runs on one machine: one worker process
-per device, commands in process groups of their own (cancel and timeouts kill the whole
-tree), payloads inside the device's worker, ``CUDA_VISIBLE_DEVICES`` set by accelnet to the device it chose, logs
-through spool files, each attempt's shared memory. Tasks also see ``ACCELNET_RAY_NODE``
-(the node's id). The worker processes are the agent's children and die with it: a node
-that goes away takes its tasks along.
+actor pinned to the node (node affinity, not soft; ``num_cpus=0``). In Ray's resource view
+the agent holds the node's GPUs that accelnet runs (``num_gpus``: as many as Ray counts on
+the node, at most accelnet's), so that Ray Train, Ray Serve or anyone else's Ray tasks on
+a shared cluster never see them as free; accelnet itself still chooses the device of each
+task (``CUDA_VISIBLE_DEVICES`` set per task, never Ray's remapping). The agent runs the
+node's share of accelnet exactly as it runs on one machine: one worker process per device,
+commands in process groups of their own (cancel and timeouts kill the whole tree),
+payloads inside the device's worker, ``CUDA_VISIBLE_DEVICES`` set by accelnet to the
+device it chose, logs through spool files, each attempt's shared memory. Tasks also see
+``ACCELNET_RAY_NODE`` (the node's id). The worker processes are the agent's children and
+die with it: a node that goes away takes its tasks along.
 
 Threads: the :class:`LocalBackend` belongs to one *pump* thread, which runs the calls the
 actor's methods queue (:meth:`NodeAgent.launch`, :meth:`NodeAgent.refresh`, ...) and
