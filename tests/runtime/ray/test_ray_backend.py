@@ -364,28 +364,6 @@ def test_a_preempted_ddp_job_resumes_across_ray_nodes_from_its_checkpoint(
     assert_resumed(got, first, second, single)
 
 
-@pytest.mark.slow
-def test_the_ddp_example_launched_per_host_learns_across_ray_nodes(
-    cluster: Any, tmp_path: Path
-) -> None:
-    # issue 23's acceptance on Ray, per host: one torchrun per node (n1 and n2), 4 ranks,
-    # the weights of one process for the same seed and global batch
-    pytest.importorskip("torch")
-    from tests.runtime.test_train_example import RTOL, STEPS, _job, _metrics, run_single
-
-    out = tmp_path / "metrics.json"
-    options = RayOptions(address=cluster.address, kill_grace_s=0.5)
-    with LocalCluster(workdir=tmp_path / "work", ray=options) as c:
-        rec = c.submit_spec(_job("ddp-host", out, "per-host")).wait(600)
-        assert rec.state is JobState.SUCCEEDED, rec.error
-        assert rec.placement is not None
-        hosts = {d.split("/")[0] for d in rec.placement.devices}
-    assert hosts == {"n1", "n2"}
-    got, single = _metrics(out), run_single(tmp_path)
-    assert got["world"] == 4 and got["steps"] == STEPS and got["test_accuracy"] >= 0.9
-    assert got["param_norm"] == pytest.approx(single["param_norm"], rel=RTOL)
-
-
 def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(
     backend: RayBackend, tmp_path: Path
 ) -> None:
