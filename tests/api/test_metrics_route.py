@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import Server, wait_state
@@ -51,3 +54,43 @@ def test_queue_waits_are_observed_when_jobs_start(server: Server) -> None:
         assert sent.status_code == 201, sent.text
         wait_state(user, sent.json()["jobs"][0]["id"], {"succeeded"})
         assert count(anyone.get("/metrics").text) == before + 1
+
+
+def test_a_running_job_ties_its_devices_to_it_and_its_tenant_and_counts_once_ended(
+    server: Server,
+) -> None:
+    def scrape(anyone: httpx.Client) -> dict[str, Any]:
+        return {f.name: f for f in text_string_to_metric_families(anyone.get("/metrics").text)}
+
+    def total(fams: dict[str, Any], family: str, sample: str, **labels: str) -> float:
+        return sum(s.value for s in fams[family].samples if s.name == sample
+                   and all(s.labels.get(k) == v for k, v in labels.items()))  # fmt: skip
+
+    job = {"name": "held", "run": "sleep 60", "resources": {"accelerators": "any:1"}}
+    with server.client("bob") as user, server.client() as anyone:
+        before = scrape(anyone)
+        sent = user.post("/api/v1/jobs", json=job)
+        assert sent.status_code == 201, sent.text
+        jid = sent.json()["jobs"][0]["id"]
+        wait_state(user, jid, {"running"})
+        now = scrape(anyone)
+        on = [s.labels for s in now["accelnet_device_job"].samples if s.labels["job"] == jid]
+        assert len(on) == 1 and on[0]["tenant"] == "speech"
+        assert total(now, "accelnet_tenant_devices", "accelnet_tenant_devices",
+                     tenant="speech") >= 1  # fmt: skip
+        posts = total(now, "accelnet_api_requests", "accelnet_api_requests_total",
+                      method="POST", route="/api/v1/jobs", code="201", tenant="speech")  # fmt: skip
+        assert posts >= 1 + total(before, "accelnet_api_requests", "accelnet_api_requests_total",
+                                  method="POST", route="/api/v1/jobs", code="201",
+                                  tenant="speech")  # fmt: skip
+        assert user.post(f"/api/v1/jobs/{jid}/cancel").status_code in (200, 202)
+        wait_state(user, jid, {"cancelled"})
+        after = scrape(anyone)
+        ended = total(after, "accelnet_job_attempts", "accelnet_job_attempts_total",
+                      tenant="speech", outcome="cancelled")  # fmt: skip
+        assert ended == 1 + total(before, "accelnet_job_attempts", "accelnet_job_attempts_total",
+                                  tenant="speech", outcome="cancelled")  # fmt: skip
+        assert not [s for s in after["accelnet_device_job"].samples if s.labels["job"] == jid]
+        family = "accelnet_tenant_device_seconds"
+        used = total(after, family, family + "_total", tenant="speech")
+        assert used > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,42 @@ def test_serve_checks_the_reallocation_interval_by_its_flag() -> None:
         with pytest.raises(ServeError, match="--min-reallocation-s"):
             check(ServeOptions(policy="las", min_reallocation_s=bad))
     check(ServeOptions(policy="fifo", min_reallocation_s=1920.0))  # kept for round policies
+
+
+def test_the_request_counter_sees_every_answer_once_even_a_refusal() -> None:
+    """Issue 26 item 2: the outermost middleware counts each answer once by route
+    template, code and tenant; a 429 answered by an inner limit is counted too."""
+    import anyio
+
+    from accelnet.api.request_counts import RequestCountMiddleware, RequestCounts
+    from accelnet.api.tokens import Principal, Role
+
+    async def refuse(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 429, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def answer(scope: Any, receive: Any, send: Any) -> None:
+        scope["state"]["principal"] = Principal("t1", "vision", Role.USER)
+        scope["route"] = type("R", (), {"path": "/api/v1/jobs/{job_id}"})()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    counts = RequestCounts()
+
+    async def call(app: Any, path: str) -> None:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: Any) -> None:
+            pass
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": []}
+        await RequestCountMiddleware(app, counts)(scope, receive, send)
+
+    anyio.run(call, refuse, "/api/v1/jobs")
+    anyio.run(call, answer, "/api/v1/jobs/abc")
+    anyio.run(call, answer, "/api/v1/jobs/def")
+    assert counts.snapshot() == {
+        ("GET", "unmatched", "429", ""): 1,
+        ("GET", "/api/v1/jobs/{job_id}", "200", "vision"): 2,
+    }

@@ -41,8 +41,14 @@ from accelnet.monitor import (
 )
 from accelnet.monitor.metrics import AccelnetCollector, exposition
 from accelnet.monitor.names import DCGM_LABELS, DEVICE_LABELS, METRICS, SAMPLE_FIELDS
-from accelnet.monitor.source import ServiceInfo
-from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, SERVICE_BUCKETS, TenantHistograms, histogram
+from accelnet.monitor.source import Accounting, DeviceJob, ServiceInfo, TenantUse
+from accelnet.monitor.timing import (
+    QUEUE_WAIT_BUCKETS,
+    SERVICE_BUCKETS,
+    AttemptTally,
+    TenantHistograms,
+    histogram,
+)
 from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobSpec, JobState
 
@@ -60,9 +66,11 @@ class FakeSource:
         decisions: HistogramSnapshot | None = None,
         services: Iterable[ServiceInfo] = (),
         waits: Mapping[str, HistogramSnapshot] | None = None,
+        accounts: Accounting | None = None,
     ) -> None:
         self._jobs, self._devices, self._links = list(jobs), list(devices), list(links)
         self._waits = dict(waits or {})
+        self._accounts = accounts or Accounting()
         self._decisions = decisions
         self._services = list(services)
         self.scrapes = 0
@@ -85,6 +93,9 @@ class FakeSource:
 
     def queue_waits(self) -> Mapping[str, HistogramSnapshot]:
         return self._waits
+
+    def accounting(self) -> Accounting:
+        return self._accounts
 
 
 def parse(source: MetricsSource) -> dict[str, Metric]:
@@ -448,8 +459,16 @@ def _full_source() -> FakeSource:
     job = JobInfo("j", "running", "t", 0.0, 1.0)
     ended = JobInfo("k", "failed", "t", 0.0, 1.0, 2.0, "timed_out")
     links = [LinkUse("a", "b", 1.0, 2.0)]
+    tally = AttemptTally()
+    tally.ended("t", "timed_out", 1.0)
+    accounts = Accounting(
+        usage=[TenantUse("t", "H100-SXM", 1.0, 30.0)], quotas={("t", "*"): 4.0},
+        attempts=tally.counts(), run_times=tally.run.snapshot(),
+        device_jobs=[DeviceJob(dev.id, "j", "t")],
+        api_requests={("GET", "/api/v1/jobs", "200", "t"): 3},
+    )  # fmt: skip
     return FakeSource([job, ended], [dev], links, DecisionTimer().snapshot(),
-                      [digits_service()])  # fmt: skip
+                      [digits_service()], accounts=accounts)  # fmt: skip
 
 
 def test_a_full_scrape_produces_every_catalogued_family() -> None:
@@ -573,3 +592,33 @@ def test_served_over_http_with_the_prometheus_content_type() -> None:
     fams = {m.name: m for m in text_string_to_metric_families(text)}
     assert value(fams, "DCGM_FI_DEV_POWER_USAGE", Hostname="dgx", gpu="0") == 300.0
     assert value(fams, "accelnet_jobs", state="running", tenant="t") == 1
+
+
+def test_tenants_attempts_and_api_calls_are_exported_and_devices_join_to_jobs() -> None:
+    """Issue 26 item 2: what ties a device to the job and tenant on it, what each tenant
+    holds, has used and may use, how attempts ended and ran, and the API's answers."""
+    tally = AttemptTally()
+    for outcome, run_s in (("succeeded", 30.0), ("task_failed", 2.0), ("succeeded", 4000.0)):
+        tally.ended("vision", outcome, run_s)
+    accounts = Accounting(
+        usage=[TenantUse("vision", "H100-SXM", 1.5, 7200.0)],
+        quotas={("vision", "H100-SXM"): 4.0, ("vision", "*"): 8.0},
+        attempts=tally.counts(), run_times=tally.run.snapshot(),
+        device_jobs=[DeviceJob("dgx/gpu0", "train-1", "vision"),
+                     DeviceJob("elsewhere/gpu9", "x", "y")],  # a device not exported: none
+        api_requests={("POST", "/api/v1/jobs", "201", "vision"): 5,
+                      ("POST", "/api/v1/jobs", "429", "vision"): 2,
+                      ("GET", "unmatched", "404", ""): 1},
+    )  # fmt: skip
+    fams = parse(FakeSource(devices=[gpu(0)], accounts=accounts))
+    assert value(fams, "accelnet_tenant_devices", tenant="vision", model="H100-SXM") == 1.5
+    assert value(fams, "accelnet_tenant_device_seconds_total", tenant="vision") == 7200.0
+    assert value(fams, "accelnet_tenant_quota_devices", tenant="vision", model="*") == 8.0
+    assert value(fams, "accelnet_job_attempts_total", tenant="vision", outcome="succeeded") == 2
+    assert value(fams, "accelnet_job_run_seconds_count", tenant="vision") == 3
+    assert value(fams, "accelnet_job_run_seconds_bucket", tenant="vision", le="60.0") == 2
+    joined = series(fams, "accelnet_device_job")
+    assert joined == [{"accelnet_device": "dgx/gpu0", "host": "dgx", "model": "H100-SXM",
+                       "kind": "gpu", "job": "train-1", "tenant": "vision"}]  # fmt: skip
+    assert value(fams, "accelnet_api_requests_total", route="/api/v1/jobs", code="429") == 2
+    assert value(fams, "accelnet_api_requests_total", route="unmatched", tenant="") == 1

@@ -28,6 +28,7 @@ from accelnet.api.limits import (
     BodyLimitMiddleware,
     FairShareMiddleware,
 )
+from accelnet.api.request_counts import RequestCountMiddleware
 from accelnet.api.routers import cluster, devices, health, jobs, services
 from accelnet.sched.spec import job_json_schema
 
@@ -91,6 +92,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_middleware(FairShareMiddleware, limit=ctx.settings.per_sender)
     app.add_middleware(AnonymousLimitMiddleware, limiter=ctx.anon_limiter)
     app.add_middleware(AuditMiddleware, audit=ctx.audit, clock=ctx.clock)
+    app.add_middleware(RequestCountMiddleware, counts=ctx.requests)  # outermost: every answer
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

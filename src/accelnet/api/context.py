@@ -16,6 +16,7 @@ from accelnet.api.devices import DeviceService
 from accelnet.api.jobs import JobService, JobTenants
 from accelnet.api.limits import RateLimiter
 from accelnet.api.port import ClusterPort
+from accelnet.api.request_counts import RequestCounts
 from accelnet.api.services import ServiceManager
 from accelnet.api.tenants import Tenants
 from accelnet.api.tokens import Tokens
@@ -71,6 +72,7 @@ class ApiContext:
     devices: DeviceService
     control: ControlService
     services: ServiceManager
+    requests: RequestCounts = field(default_factory=RequestCounts)  # for /metrics
     version: str = field(default_factory=accelnet_version)
     stopping: Callable[[], bool] = lambda: False
     pause: Callable[[float], Awaitable[None]] = anyio.sleep

@@ -10,7 +10,7 @@ the server unless ``--metrics-token`` is set: then a scrape needs that bearer to
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,10 +22,13 @@ from accelnet.api.limits import ANON_SPENT, retry_after
 from accelnet.comm import Communicator, CostModel
 from accelnet.comm.contention import CommJob, link_shares
 from accelnet.monitor.source import (
+    Accounting,
     DeviceInfo,
+    DeviceJob,
     JobInfo,
     LinkUse,
     Snapshot,
+    TenantUse,
     device_info,
     job_info,
     link_uses,
@@ -33,6 +36,7 @@ from accelnet.monitor.source import (
 from accelnet.monitor.timing import HistogramSnapshot
 from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobState
+from accelnet.sched.scheduler import canonical_quota
 
 _RUNNING = (JobState.STARTING, JobState.RUNNING)
 
@@ -55,6 +59,24 @@ class ClusterMetrics:
             self._decisions(),
             [s.info() for s in self._services()],
             self._waits(),
+            self._accounting(records),
+        )
+
+    def _accounting(self, records: Sequence[JobRecord]) -> Accounting:
+        tally = getattr(self._controller(), "attempts", None)
+        quotas = {(name, model): float(limit)
+                  for name, rec in self.ctx.tenants.all().items()
+                  for model, limit in canonical_quota(rec.quota).items()}  # fmt: skip
+        on_devices = [DeviceJob(d, r.id, r.spec.tenant) for r in records
+                      if r.state.holds_devices() and r.placement is not None
+                      for d in r.placement.devices]  # fmt: skip
+        return Accounting(
+            usage=tenant_usage(records, self.ctx.clock.now()),
+            quotas=quotas,
+            attempts=tally.counts() if tally is not None else {},
+            run_times=tally.run.snapshot() if tally is not None else {},
+            device_jobs=on_devices,
+            api_requests=self.ctx.requests.snapshot(),
         )
 
     def _devices(self) -> Iterable[DeviceInfo]:
@@ -89,6 +111,27 @@ class ClusterMetrics:
     def _waits(self) -> dict[str, HistogramSnapshot]:
         waits = getattr(self._controller(), "queue_waits", None)
         return waits.snapshot() if waits is not None else {}
+
+
+def tenant_usage(records: Iterable[JobRecord], now: float) -> list[TenantUse]:
+    """Per tenant and model: the devices held now, and the device-seconds used (each job's
+    ended attempts, from the store, and its running attempt since it started)."""
+    held: dict[tuple[str, str], float] = {}
+    used: dict[tuple[str, str], float] = {}
+    for rec in records:
+        tenant = rec.spec.tenant
+        for model, seconds in rec.attained:
+            used[tenant, model] = used.get((tenant, model), 0.0) + seconds
+        p = rec.placement
+        if not rec.state.holds_devices() or p is None:
+            continue
+        n = len(p.devices) * p.share
+        held[tenant, p.model] = held.get((tenant, p.model), 0.0) + n
+        if rec.state in (JobState.RUNNING, JobState.PREEMPTING) and rec.started_at is not None:
+            run = max(0.0, now - rec.started_at) * n  # started_at: when every rank ran
+            used[tenant, p.model] = used.get((tenant, p.model), 0.0) + run
+    return [TenantUse(t, m, held.get((t, m), 0.0), used.get((t, m), 0.0))
+            for t, m in sorted(held.keys() | used.keys())]  # fmt: skip
 
 
 def mount_metrics(app: FastAPI, ctx: ApiContext, token: str | None = None) -> None:

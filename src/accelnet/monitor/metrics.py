@@ -46,7 +46,14 @@ from accelnet.monitor.names import (
     SAMPLE_FIELDS,
     MetricDef,
 )
-from accelnet.monitor.source import DeviceInfo, JobInfo, LinkUse, MetricsSource, ServiceInfo
+from accelnet.monitor.source import (
+    Accounting,
+    DeviceInfo,
+    JobInfo,
+    LinkUse,
+    MetricsSource,
+    ServiceInfo,
+)
 from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, HistogramSnapshot
 from accelnet.sched import JobState
 
@@ -116,8 +123,10 @@ class AccelnetCollector:
         decisions = self._source.decisions()
         if decisions is not None:
             out.add_histogram("accelnet_scheduler_decision_seconds", (), decisions)
-        for dev in self._source.devices():
+        devices = list(self._source.devices())
+        for dev in devices:
             _device(out, dev)
+        _accounting(out, self._source.accounting(), {d.id: d for d in devices})
         for link in self._source.links():
             _link(out, link)
         for svc in self._source.services():
@@ -172,6 +181,26 @@ def _jobs(out: _Families, jobs: Iterable[JobInfo], waits: Mapping[str, Histogram
         out.add_histogram("accelnet_queue_wait_seconds", (tenant,), wait)
     for labels, n in sorted(outcomes.items()):
         out.add("accelnet_jobs_finished", labels, n)
+
+
+# ----- tenants, attempts, the API ------------------------------------------------------------
+def _accounting(out: _Families, acc: Accounting, devices: Mapping[str, DeviceInfo]) -> None:
+    for (tenant, outcome), n in sorted(acc.attempts.items()):
+        out.add("accelnet_job_attempts_total", (tenant, outcome), n)
+    for tenant, h in sorted(acc.run_times.items()):
+        out.add_histogram("accelnet_job_run_seconds", (tenant,), h)
+    for u in sorted(acc.usage, key=lambda u: (u.tenant, u.model)):
+        out.add("accelnet_tenant_devices", (u.tenant, u.model), u.devices)
+        out.add("accelnet_tenant_device_seconds_total", (u.tenant, u.model), u.device_seconds)
+    for (tenant, model), limit in sorted(acc.quotas.items()):
+        out.add("accelnet_tenant_quota_devices", (tenant, model), limit)
+    for dj in acc.device_jobs:
+        dev = devices.get(dj.device)
+        if dev is not None:
+            out.add("accelnet_device_job",
+                    (dev.id, dev.host, dev.model, dev.kind, dj.job, dj.tenant), 1.0)  # fmt: skip
+    for labels, n in sorted(acc.api_requests.items()):
+        out.add("accelnet_api_requests_total", labels, n)
 
 
 # ----- services -------------------------------------------------------------------------------

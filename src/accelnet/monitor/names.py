@@ -133,6 +133,28 @@ _DEFS: tuple[MetricDef, ...] = (
               "preemption, or a failure's retry backoff) to the attempt's start."),
     MetricDef("accelnet_scheduler_decision_seconds", "histogram", "s", (),
               "Wall time of each scheduler decision."),
+    MetricDef("accelnet_job_attempts_total", "counter", "1", ("tenant", "outcome"),
+              "Job attempts that ended, by how (the outcome code): each counted once, when it "
+              "ends (a retried job's failed attempt too)."),
+    MetricDef("accelnet_job_run_seconds", "histogram", "s", ("tenant",),
+              "Run time of each job attempt, observed once when it ends."),
+    # ----- tenants: what they hold and use -----
+    MetricDef("accelnet_tenant_devices", "gauge", "1", ("tenant", "model"),
+              "Devices the tenant's jobs hold now (a packed job's share counted as such)."),
+    MetricDef("accelnet_tenant_device_seconds_total", "counter", "s", ("tenant", "model"),
+              "Device-seconds the tenant's jobs have used: ended attempts and the running "
+              "ones so far (from the store: kept across restarts)."),
+    MetricDef("accelnet_tenant_quota_devices", "gauge", "1", ("tenant", "model"),
+              "The tenant's quota in devices (model=\"*\": every model together); divide "
+              "accelnet_tenant_devices by it for the quota in use."),
+    MetricDef("accelnet_device_job", "gauge", "1", (*_DEV, "job", "tenant"),
+              "1 for each job on the device now: join device readings to jobs and tenants "
+              "(on accelnet_device)."),
+    # ----- the API -----
+    MetricDef("accelnet_api_requests_total", "counter", "1",
+              ("method", "route", "code", "tenant"),
+              "API requests answered, by route template and status (429: rate limited; "
+              "tenant empty: no valid token)."),
     # ----- services (accelnet.serve): each router's counts since it started -----
     MetricDef("accelnet_service_request_duration_seconds", "histogram", "s",
               ("service", "tenant"),

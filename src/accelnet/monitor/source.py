@@ -108,6 +108,44 @@ class ServiceInfo:
     queued: int
 
 
+@dataclass(frozen=True, slots=True)
+class TenantUse:
+    """What one tenant holds and has used of one device model: ``devices`` now (a packed
+    job's share counted as such), ``device_seconds`` in all (ended attempts and the
+    running ones so far)."""
+
+    tenant: str
+    model: str
+    devices: float
+    device_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceJob:
+    """A job on a device now (one per device of its placement): what ties a device's
+    readings to the job and the tenant (as dcgm-exporter's pod labels do)."""
+
+    device: str
+    job: str
+    tenant: str
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Who uses what: ``usage`` per tenant and model; ``quotas`` (tenant, model) -> devices
+    (``*``: every model together); ``attempts`` (tenant, outcome) -> attempts ended;
+    ``run_times`` each tenant's attempt run times; ``device_jobs`` the jobs on devices now;
+    ``api_requests`` (method, route, code, tenant) -> API requests answered (tenant
+    empty: no valid token)."""
+
+    usage: Sequence[TenantUse] = ()
+    quotas: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    attempts: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    run_times: Mapping[str, HistogramSnapshot] = field(default_factory=dict)
+    device_jobs: Sequence[DeviceJob] = ()
+    api_requests: Mapping[tuple[str, str, str, str], int] = field(default_factory=dict)
+
+
 class MetricsSource(Protocol):
     """What the metrics read, once per scrape, from whatever runs the cluster.
 
@@ -138,6 +176,10 @@ class MetricsSource(Protocol):
         (:meth:`TenantHistograms.snapshot`); empty when nothing records them."""
         ...
 
+    def accounting(self) -> Accounting:
+        """Who uses what (:class:`Accounting`; empty parts where nothing records them)."""
+        ...
+
     def services(self) -> Iterable[ServiceInfo]:
         """The running services (an empty iterable when there are none)."""
         ...
@@ -153,6 +195,7 @@ class Snapshot:
     decision_times: HistogramSnapshot | None = None
     service_list: Sequence[ServiceInfo] = ()
     wait_times: Mapping[str, HistogramSnapshot] = field(default_factory=dict)
+    accounts: Accounting = field(default_factory=Accounting)
 
     def jobs(self) -> Iterable[JobInfo]:
         """See :class:`MetricsSource`."""
@@ -177,6 +220,10 @@ class Snapshot:
     def queue_waits(self) -> Mapping[str, HistogramSnapshot]:
         """See :class:`MetricsSource`."""
         return self.wait_times
+
+    def accounting(self) -> Accounting:
+        """See :class:`MetricsSource`."""
+        return self.accounts
 
 
 # ----- builders from the runtime's and the fabric's types ---------------------------------

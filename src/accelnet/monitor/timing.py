@@ -32,6 +32,12 @@ QUEUE_WAIT_BUCKETS: Final[tuple[float, ...]] = (
 )  # fmt: skip
 """Upper bounds (s) for queue waits: a local start (100 ms) to a day."""
 
+RUN_BUCKETS: Final[tuple[float, ...]] = (
+    1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0,
+    86400.0, 259200.0, 604800.0,
+)  # fmt: skip
+"""Upper bounds (s) for a job attempt's run time: a second to a week."""
+
 SERVICE_BUCKETS: Final[tuple[float, ...]] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
@@ -182,3 +188,27 @@ class TenantHistograms:
         """Each tenant's observations so far (tenants never observed: absent)."""
         with self._lock:
             return {tenant: c.snapshot() for tenant, c in self._counts.items()}
+
+
+class AttemptTally:
+    """Job attempts as they end: how many per (tenant, outcome code), and each one's run
+    time per tenant (a histogram). Each attempt is counted once, when it ends, so the
+    counts only grow (``accelnet_job_attempts_total``, ``accelnet_job_run_seconds``).
+    Thread-safe; counts since the owner (the controller) was made."""
+
+    def __init__(self, buckets: Sequence[float] = RUN_BUCKETS) -> None:
+        self.run = TenantHistograms(buckets)
+        self._ended: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def ended(self, tenant: str, outcome: str, run_s: float) -> None:
+        """One attempt of ``tenant`` ended with ``outcome`` after running ``run_s``."""
+        self.run.observe(tenant, max(0.0, run_s))
+        with self._lock:
+            key = (tenant, outcome)
+            self._ended[key] = self._ended.get(key, 0) + 1
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Attempts ended so far, by (tenant, outcome)."""
+        with self._lock:
+            return dict(self._ended)

@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from accelnet.devices import DeviceState
 from accelnet.fabric import Fabric
-from accelnet.monitor.timing import QUEUE_WAIT_BUCKETS, DecisionTimer, TenantHistograms
+from accelnet.monitor.timing import (
+    QUEUE_WAIT_BUCKETS,
+    AttemptTally,
+    DecisionTimer,
+    TenantHistograms,
+)
 from accelnet.runtime.backend import (
     Backend,
     SupportsHandoff,
@@ -132,6 +137,7 @@ class Controller:
         # queue waits per tenant (/metrics), each observed once, when its attempt starts;
         # when each queued job became ready to start (admitted, requeued, backoff over)
         self.queue_waits = TenantHistograms(QUEUE_WAIT_BUCKETS)
+        self.attempts = AttemptTally()  # attempts ended per tenant and outcome, run times
         self._queued_since: dict[str, float] = {}
         if isinstance(backend, SupportsProgress):
             self.session.progress = backend.progress
@@ -576,6 +582,8 @@ class Controller:
         if rec.state is JobState.STARTING:  # ended before every rank reported STARTED
             rec = self._transition(rec.id, JobState.RUNNING, now, "ranks ended while starting")
         end = fate(rec, run, now)  # accelnet.runtime.control.fate: the rule, a pure function
+        outcome = end.changes.get("outcome")
+        self.attempts.ended(rec.spec.tenant, str(outcome or end.state.value), now - run.launched)
         acct = account_for(rec, run, now, end.succeeded, self.backend, self.power)
         self._transition(rec.id, end.state, now, end.cause, **end.changes, **acct)
         if placement is not None:
