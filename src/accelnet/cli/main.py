@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from accelnet.cli.lazy import LazyCommand, LazyGroup
+from accelnet.cli.output import err_console, missing_extra
 
 _C = "accelnet.cli."
 COMMANDS: dict[str, LazyCommand] = {
@@ -92,5 +94,13 @@ def _root(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: a command that needs an extra this installation lacks
+    says which to install (exit 1), not a traceback."""
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        err_console().print(Text(hint, style="red"))
+        raise SystemExit(1) from None

@@ -38,3 +38,23 @@ def fail(message: object, code: int) -> NoReturn:
 def note(message: str) -> None:
     """A yellow note on stderr."""
     err_console().print(Text.assemble(("note: ", "yellow"), message))
+
+
+EXTRA_OF: dict[str, str] = {
+    "fastapi": "server", "starlette": "server", "uvicorn": "server", "httptools": "server",
+    "prometheus_client": "server", "scipy": "sim", "matplotlib": "sim", "sklearn": "demo",
+    "polars": "demo", "PIL": "demo", "threadpoolctl": "demo", "ray": "ray", "torch": "torch",
+    "pynvml": "nvidia",
+}  # fmt: skip
+"""The extra (``pip install 'accelnet[<extra>]'``) that brings each optional module."""
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """What to install for a command that needs a module of an extra this installation
+    lacks (None: not one of the extras' modules)."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF.get(top)
+    if extra is None:
+        return None
+    return (f"this command needs the {extra!r} extra ({top} is not installed): "
+            f"pip install 'accelnet[{extra}]'")  # fmt: skip

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from accelnet.cli.fabric_cmd import load_or_exit
 from accelnet.cli.job_cmd import load_or_exit_jobs
-from accelnet.cli.output import fail, note
+from accelnet.cli.output import fail, note, out_console
 from accelnet.cli.ray_opts import ADDRESS_HELP, BACKEND_HELP, ray_backend
 from accelnet.cli.render import JOB_STATE_STYLE
 from accelnet.cli.run_report import (
@@ -186,7 +186,8 @@ def _run(
         injected = load_faults(faults) if faults is not None else ()
     except (PolicyError, FaultPlanError) as exc:
         fail(exc, 1)
-    console = Console(stderr=as_json)  # with --json, stdout has the JSON only
+    # with --json, stdout has the JSON only; piped, the table keeps one line per row
+    console = Console(stderr=True) if as_json else out_console()
     stop = threading.Event()  # Ctrl-C from submitting the jobs until they end
     with (
         LocalCluster(
