@@ -139,6 +139,19 @@ def test_logs_of_each_attempt(api: Api) -> None:
     assert api.client.get(logs, params={"attempt": 3}, headers=api.as_("alice")).status_code == 422
     with api.client.stream("GET", logs, params={"follow": True}, headers=api.as_("alice")) as s:
         assert "".join(s.iter_text()) == "second\n"  # finished: all of it, then the end
+    # the failed attempt's error names its log as the API does, not the server's path
+    events = api.client.get(f"{V1}/jobs/{jid}/events", headers=api.as_("alice")).json()
+    requeued = [e["detail"] for e in events["events"] if "requeued" in e["detail"]]
+    assert requeued and "(log: attempt 1, rank 0, stderr)" in requeued[0]
+    assert not [e for e in events["events"] if "/logs/" in e["detail"]]
+
+
+def test_a_failed_jobs_error_names_its_log_without_the_servers_paths(api: Api) -> None:
+    r = api.client.post(f"{V1}/jobs", headers=api.as_("alice"),
+                        json={"name": "broken", "run": "exit 4"})  # fmt: skip
+    job = api.wait(r.json()["jobs"][0]["id"], {"failed"})
+    assert job["error"].endswith("(log: attempt 1, rank 0, stderr)"), job["error"]
+    assert "/" not in job["error"].split("(log: ")[1]
 
 
 def test_non_admins_see_device_events_without_details(api: Api) -> None:

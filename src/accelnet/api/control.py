@@ -25,6 +25,7 @@ from accelnet.api.models import (
     TenantOut,
 )
 from accelnet.api.port import ClusterPort
+from accelnet.api.redact import public_text
 from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Principal
 from accelnet.fabric.catalog import find_device_model
@@ -182,7 +183,8 @@ class ControlService:
         found, last = self.port.store.events_page(since, limit, None if who.admin else who.tenant)
         out = [
             EventOut(seq=ev.seq, at=ev.at, job=ev.job, kind=ev.kind,
-                     detail=ev.detail if who.admin or ev.job else ev.detail.split(": ", 1)[0])
+                     detail=public_text(ev.detail if who.admin or ev.job
+                                        else ev.detail.split(": ", 1)[0]) or "")
             for ev in found
         ]  # fmt: skip
         return EventsOut(events=out, next=last)

@@ -23,6 +23,7 @@ from accelnet.api.admission import Admission, check_key, parse_json
 from accelnet.api.errors import conflict, invalid, not_found
 from accelnet.api.models import EventOut, EventsOut, HostUseOut, JobOut, JobsOut
 from accelnet.api.port import ClusterPort
+from accelnet.api.redact import public_text
 from accelnet.api.tokens import Principal
 from accelnet.runtime.control.store import JobRecord, StoreError
 from accelnet.sched import JobSpec, JobState
@@ -140,7 +141,7 @@ class JobService:
             devices=list(p.devices) if p else [], model=p.model if p else None,
             share=p.share if p else None,
             hosts=[HostUseOut(host=h, cpus=c, memory_gb=g) for h, c, g in p.hosts] if p else [],
-            reason=reason, reason_code=code_of(reason), error=rec.error,
+            reason=reason, reason_code=code_of(reason), error=public_text(rec.error),
             outcome_code=rec.outcome,
             inputs=dict(rec.inputs), spec=spec,
         )  # fmt: skip
@@ -210,7 +211,8 @@ class JobService:
         self.find(who, job_id)
         events = self.port.store.events(job_id)
         return EventsOut(
-            events=[EventOut(seq=e.seq, at=e.at, job=e.job, kind=e.kind, detail=e.detail)
+            events=[EventOut(seq=e.seq, at=e.at, job=e.job, kind=e.kind,
+                             detail=public_text(e.detail) or "")
                     for e in events],
             next=events[-1].seq if events else 0,
         )  # fmt: skip
