@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -111,7 +112,7 @@ def report(result: dict[str, Any], console: Console) -> None:
     for col in ("install", "pip wall (s)", "site-packages (MB)", "distributions"):
         t.add_column(col, justify="right" if col != "install" else "left")
     for v, r in result["variants"].items():
-        name = "accelnet" if v == "base" else f"accelnet[{v}]"
+        name = "accelnet" if v == "base" else escape(f"accelnet[{v}]")
         t.add_row(name, f"{r['wall_s']:.1f}", f"{r['site_packages_mb']:.0f}",
                   str(r["distributions"]))  # fmt: skip
     console.print(t)
