@@ -14,10 +14,11 @@
 // pages), this one (state, the API, signing in, routing, refreshing, live updates).
 
 import { $, clear, now, sleep, toast } from './dom.js';
-import { drawFabric, linkKey, paintFabric } from './fabric.js';
+import { drawFabric, linkKey, paintFabric, renderLegend } from './fabric.js';
+import { COMPACT_AT, drawHeatmap, hostFabric, paintHeatmap, sparkline } from './heatmap.js';
 import {
-  ACTIVE, FINISHED, focusDevice, renderActivity, renderDevices, renderJob, renderQueue,
-  renderService, renderServices, renderTenants,
+  ACTIVE, FINISHED, QUEUED, focusDevice, renderActivity, renderDevices, renderJob,
+  renderQueue, renderService, renderServices, renderTenants,
 } from './views.js';
 
 const API = '/api/v1';
@@ -30,12 +31,21 @@ const SPARK_KEEP = 120;      // latency points kept for a service page's chart
 const MIN_REFRESH_MS = 1000; // between two refreshes
 const LOG_KEEP = 256 * 1024; // characters of log kept on the page
 const ACTIVITY_KEEP = 40;
+const RECENT_KEEP = 50;      // finished jobs listed
+const HISTORY_KEEP = 120;    // overview refreshes kept for the sparklines
 
 const state = {
   token: null,
   who: null,
   fabric: null,
   map: null,          // the drawn fabric: {nodes: Map(id -> svg group), links: [...]}
+  heat: null,         // the compact view (large fabrics): {cells, hosts}
+  mode: 'full',       // which the overview shows: 'full' (the map) or 'compact'
+  drill: null,        // the host whose map is open under the compact view
+  drillMap: null,
+  deviceView: { filter: '', sort: { key: 'id', dir: 1 } },
+  jobFilter: '',
+  history: [],        // [{busy, util, queued}] per overview refresh, oldest first
   devices: [],
   active: [],
   recent: [],
@@ -117,9 +127,10 @@ function signOut(why) {
   Object.assign(state, {
     token: null, who: null, fabric: null, map: null, devices: [], active: [], recent: [],
     tenants: [], services: [], activity: [], lastSeq: 0, job: null, linkUse: null,
-    metricsRetryAt: 0, svc: null, service: null, spark: [],
+    metricsRetryAt: 0, svc: null, service: null, spark: [], heat: null, drill: null,
+    drillMap: null, history: [],
   });
-  clear($('#fabric-map'));
+  for (const sel of ['#fabric-map', '#fabric-heatmap', '#fabric-drill-map']) clear($(sel));
   clear($('#activity'));
   $('#whoami').textContent = '';
   $('#fabric-name').textContent = '';
@@ -177,9 +188,10 @@ function route() {
     if (id !== state.jobId) {
       state.jobId = id;
       state.job = null;
-      state.log = { key: '', offset: 0, attempt: 0, text: '' };
+      state.log = { key: '', offset: 0, attempt: 0, text: '', chosen: false };
       clear($('#job-log'));
       clear($('#log-rank'));
+      clear($('#log-attempt'));
       clear($('#job-timeline tbody'));
       clear($('#job-timeline-bar'));
       clear($('#job-facts'));
@@ -241,7 +253,7 @@ async function refreshOverview() {
     state.fabric ? Promise.resolve(state.fabric) : api('fabric'),
     api('devices'),
     api(`jobs?state=${ACTIVE.join(',')}&limit=500`),
-    api(`jobs?state=${FINISHED.join(',')}&limit=8`),
+    api(`jobs?state=${FINISHED.join(',')}&limit=${RECENT_KEEP}`),
     api('tenants'),
     api('services'),
   ]);
@@ -249,12 +261,13 @@ async function refreshOverview() {
   if (!state.token || state.view !== 'overview') return;  // signed out, or moved on
   if (!state.fabric) {
     state.fabric = fabric;
-    state.map = drawFabric($('#fabric-map'), fabric, focusDevice);
+    const count = fabric.hosts.reduce((n, host) => n + host.devices.length, 0);
+    setMode(count > COMPACT_AT ? 'compact' : 'full');
     const sum = fabric.summary || {};
     $('#fabric-name').textContent = `fabric ${fabric.name}`;
     $('#fabric-summary').textContent = [
       `${sum.hosts ?? fabric.hosts.length} hosts`,
-      `${sum.devices ?? state.map.nodes.size} devices`,
+      `${sum.devices ?? count} devices`,
       `${sum.switches ?? fabric.switches.length} switches`,
     ].join(' · ');
   }
@@ -263,12 +276,97 @@ async function refreshOverview() {
   state.recent = recent.jobs;
   state.tenants = tenants.tenants;
   state.services = services.services;
-  paintFabric(state.map, state.devices, state.linkUse, $('#fabric-legend'));
-  renderDevices(state.devices, state.who.role === 'admin', deviceOp);
-  renderQueue(state.active, state.recent);
+  paintOverview();
+  renderDevices(state.devices, state.who.role === 'admin', deviceOp, state.deviceView);
+  renderQueue(state.active, state.recent, state.jobFilter);
   renderServices(state.services);
   renderTenants(state.tenants);
   renderActivity(state.activity);
+  remember();
+}
+
+/** Colour what the fabric card shows (the map, or the compact view and an open host). */
+function paintOverview() {
+  if (state.map) paintFabric(state.map, state.devices, state.linkUse, null);
+  if (state.heat) paintHeatmap(state.heat, state.devices);
+  if (state.drillMap) paintFabric(state.drillMap, state.devices, state.linkUse, null);
+  const shown = state.mode === 'full' ? state.map : state.drillMap;
+  renderLegend($('#fabric-legend'), shown || { links: [] }, shown ? state.linkUse : null);
+}
+
+/** Show the full map or the compact view, drawing it the first time it is asked for. */
+function setMode(mode) {
+  state.mode = mode;
+  const fabric = state.fabric;
+  if (mode === 'full' && !state.map) state.map = drawFabric($('#fabric-map'), fabric, focusDevice);
+  if (mode === 'compact' && !state.heat) {
+    state.heat = drawHeatmap($('#fabric-heatmap'), fabric, openHost);
+  }
+  $('#fabric-map').hidden = mode !== 'full';
+  $('#fabric-heatmap').hidden = mode !== 'compact';
+  $('#fabric-drill').hidden = mode !== 'compact' || !state.drill;
+  $('#fabric-full').setAttribute('aria-pressed', String(mode === 'full'));
+  $('#fabric-compact').setAttribute('aria-pressed', String(mode === 'compact'));
+  if (state.devices.length) paintOverview();
+}
+
+/** Drill down into one host of the compact view: its full map below, its devices in the
+ * table (the device filter set to it); null closes it. */
+function openHost(name) {
+  for (const g of document.querySelectorAll('#fabric-heatmap .hm-host.open')) g.classList.remove('open');
+  state.drill = name;
+  state.drillMap = null;
+  $('#fabric-drill').hidden = !name;
+  if (name) {
+    const part = hostFabric(state.fabric, name);
+    state.drillMap = drawFabric($('#fabric-drill-map'), part, focusDevice);
+    $('#drill-title').textContent = `host ${name}`;
+    const g = state.heat && state.heat.hosts.get(name);
+    if (g) g.classList.add('open');
+  } else {
+    clear($('#fabric-drill-map'));
+  }
+  setDeviceFilter(name ? `${name}/` : '');
+  paintOverview();
+}
+
+function setDeviceFilter(text) {
+  state.deviceView.filter = text;
+  $('#device-filter').value = text;
+  renderDevices(state.devices, state.who.role === 'admin', deviceOp, state.deviceView);
+}
+
+/** Add this refresh to the history (busy devices, their mean utilization, queued jobs)
+ * and draw the sparklines. */
+function remember() {
+  const busy = state.devices.filter((d) => d.busy || d.state === 'allocated');
+  const utils = busy.map((d) => d.utilization_pct).filter((u) => u !== null && u !== undefined);
+  const mean = utils.length ? utils.reduce((p, q) => p + q, 0) / utils.length : 0;
+  const queued = state.active.filter((j) => QUEUED.includes(j.state)).length;
+  state.history.push({ busy: busy.length, util: mean, queued });
+  if (state.history.length > HISTORY_KEEP) state.history.shift();
+  const col = (k) => state.history.map((p) => p[k]);
+  sparkline($('#hist-busy'), col('busy'), 'busy devices', (v) => String(v));
+  sparkline($('#hist-util'), col('util'), 'their utilization', (v) => `${v.toFixed(0)}%`);
+  sparkline($('#hist-queued'), col('queued'), 'queued jobs', (v) => String(v));
+}
+
+function setupOverview() {
+  $('#fabric-full').addEventListener('click', () => setMode('full'));
+  $('#fabric-compact').addEventListener('click', () => setMode('compact'));
+  $('#drill-close').addEventListener('click', () => openHost(null));
+  $('#device-filter').addEventListener('input', (ev) => setDeviceFilter(ev.target.value));
+  $('#job-filter').addEventListener('input', (ev) => {
+    state.jobFilter = ev.target.value;
+    renderQueue(state.active, state.recent, state.jobFilter);
+  });
+  for (const th of document.querySelectorAll('#device-table th[data-sort]')) {
+    th.addEventListener('click', () => {
+      const sort = state.deviceView.sort;
+      state.deviceView.sort = { key: th.dataset.sort, dir: sort.key === th.dataset.sort ? -sort.dir : 1 };
+      renderDevices(state.devices, state.who.role === 'admin', deviceOp, state.deviceView);
+    });
+  }
 }
 
 /** Link utilization from /metrics (accelnet_link_utilization), if the server exports
@@ -340,15 +438,22 @@ async function refreshJob() {
 
 async function refreshLog(job) {
   const rank = $('#log-rank').value || '0';
+  if (!state.log.chosen) {  // a failed job opens on what it said on stderr
+    $('#log-stream').value = job.state === 'failed' ? 'err' : 'out';
+  }
   const stream = $('#log-stream').value || 'out';
-  const key = `${job.id}|${rank}|${stream}`;
-  if (state.log.key !== key) state.log = { key, offset: 0, attempt: 0, text: '' };
+  const pick = $('#log-attempt').value;  // '' : the latest attempt
+  const key = `${job.id}|${rank}|${stream}|${pick}`;
+  if (state.log.key !== key) {
+    state.log = { key, offset: 0, attempt: 0, text: '', chosen: state.log.chosen };
+  }
   if (!job.attempts) {
     $('#log-info').textContent = 'no attempt yet';
     return;
   }
   const res = await api(
-    `jobs/${encodeURIComponent(job.id)}/logs?rank=${rank}&stream=${stream}&offset=${state.log.offset}`,
+    `jobs/${encodeURIComponent(job.id)}/logs?rank=${rank}&stream=${stream}` +
+      `&offset=${state.log.offset}${pick ? `&attempt=${pick}` : ''}`,
     { raw: true },
   );
   const text = await res.text();
@@ -371,8 +476,8 @@ async function refreshLog(job) {
     pre.textContent = state.log.text;
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
-  $('#log-info').textContent = `attempt ${attempt} · ${offset} bytes${
-    FINISHED.includes(job.state) ? '' : ' · following'}`;
+  $('#log-info').textContent = `attempt ${attempt} · std${stream} · ${offset} bytes${
+    FINISHED.includes(job.state) || pick ? '' : ' · following'}`;
 }
 
 function setupJobPage() {
@@ -382,7 +487,11 @@ function setupJobPage() {
     refreshSoon(0, true);
   };
   $('#log-rank').addEventListener('change', reset);
-  $('#log-stream').addEventListener('change', reset);
+  $('#log-attempt').addEventListener('change', reset);
+  $('#log-stream').addEventListener('change', () => {
+    state.log.chosen = true;  // the user's choice stands over the failed job's default
+    reset();
+  });
   $('#job-cancel').addEventListener('click', async () => {
     const id = state.jobId;
     if (!window.confirm(`Cancel job ${id}?`)) return;
@@ -559,6 +668,7 @@ function stopLive() {
 
 function start() {
   setupLogin();
+  setupOverview();
   setupJobPage();
   setupServicePage();
   window.addEventListener('hashchange', route);

@@ -296,19 +296,28 @@ const CONDITION_FILL = {
 
 /** Colour the drawn ``map`` by the devices' states and readings, and the links by
  * ``linkUse`` (Map "a|b" -> 0..1; null: by medium); redraw the ``legend``. */
+/** How a device looks: its condition, its fill colour (busy: blue, deeper with
+ * utilization, never as pale as idle; the rest by condition), whether the fill is dark,
+ * and its utilization (0..1, null when not read). */
+export function deviceLook(d) {
+  const cond = condition(d);
+  const util = d && d.utilization_pct !== null && d.utilization_pct !== undefined
+    ? d.utilization_pct / 100 : null;
+  const level = cond === 'busy' && util !== null ? busyLevel(util) : null;
+  return {
+    cond, util, dark: level !== null && level > 0.6,
+    fill: level !== null ? heat(level) : CONDITION_FILL[cond],
+  };
+}
+
 export function paintFabric(map, devices, linkUse, legend) {
   const byId = new Map(devices.map((d) => [d.id, d]));
   for (const [id, node] of map.nodes) {
     const d = byId.get(id);
-    const cond = condition(d);
-    const util = d && d.utilization_pct !== null && d.utilization_pct !== undefined
-      ? d.utilization_pct / 100 : null;
-    // busy: blue, deeper with utilization (never as pale as idle); the rest by condition
-    const level = cond === 'busy' && util !== null ? busyLevel(util) : null;
-    const fill = level !== null ? heat(level) : CONDITION_FILL[cond];
+    const { cond, util, dark, fill } = deviceLook(d);
     const rect = node.g.querySelector('rect');
     rect.setAttribute('fill', fill);
-    node.g.setAttribute('class', `device cond-${cond}${level !== null && level > 0.6 ? ' dark' : ''}`);
+    node.g.setAttribute('class', `device cond-${cond}${dark ? ' dark' : ''}`);
     node.g.dataset.state = d ? d.state : 'unknown';
     node.g.dataset.health = d ? d.health : 'unknown';
     node.sub.textContent = d
@@ -331,10 +340,10 @@ export function paintFabric(map, devices, linkUse, legend) {
       l.el.setAttribute('stroke', MEDIUM_COLOURS[l.medium] || '#8a8f98');
     }
   }
-  renderLegend(legend, map, linkUse);
+  if (legend) renderLegend(legend, map, linkUse);
 }
 
-function renderLegend(el, map, linkUse) {
+export function renderLegend(el, map, linkUse) {
   const legend = clear(el);
   const swatch = (colour, label, cls) => h('span', { class: `swatch ${cls || ''}` },
     h('i', { 'data-colour': colour }), label);
@@ -357,7 +366,9 @@ function renderLegend(el, map, linkUse) {
     const seen = new Set(map.links.map((l) => l.medium));
     for (const m of [...seen].sort()) links.push(swatch(MEDIUM_COLOURS[m] || '#8a8f98', m, 'line'));
   }
-  legend.append(h('span', { class: 'legend-group' },
-    h('b', {}, linkUse ? 'links (utilization)' : 'links (medium; width: bandwidth)'), links));
+  if (links.length) {
+    legend.append(h('span', { class: 'legend-group' },
+      h('b', {}, linkUse ? 'links (utilization)' : 'links (medium; width: bandwidth)'), links));
+  }
   for (const i of legend.querySelectorAll('i[data-colour]')) i.style.background = i.dataset.colour;
 }

@@ -18,11 +18,41 @@ function jobLinks(ids) {
   return ids.flatMap((id, i) => [i ? ', ' : null, h('a', { href: jobHref(id) }, id)]);
 }
 
-export function renderDevices(devices, admin, onOp) {
+export const DEVICE_ROWS = 100;  // rows the device table shows at most (filter for more)
+
+/** Whether ``text`` (a filter as typed: words, all of which must match) matches any of
+ * ``fields`` (case-insensitive). */
+export function matches(text, fields) {
+  const words = (text || '').toLowerCase().split(/\s+/).filter(Boolean);
+  if (!words.length) return true;
+  const hay = fields.filter((f) => f !== null && f !== undefined).join(' ').toLowerCase();
+  return words.every((w) => hay.includes(w));
+}
+
+const DEVICE_KEYS = {
+  id: (d) => d.id, model: (d) => d.model, state: (d) => d.state, health: (d) => d.health,
+  util: (d) => d.utilization_pct ?? -1, memory: (d) => d.memory_used_bytes ?? -1,
+  power: (d) => d.power_w ?? -1, temp: (d) => d.temperature_c ?? -1,
+  jobs: (d) => d.jobs.join(','),
+};
+
+/** The device table: ``view`` = {filter, sort: {key, dir}}; at most DEVICE_ROWS rows. */
+export function renderDevices(devices, admin, onOp, view) {
   const tbody = clear($('#device-table tbody'));
   const counts = {};
-  for (const d of devices) {
-    counts[d.state] = (counts[d.state] || 0) + 1;
+  for (const d of devices) counts[d.state] = (counts[d.state] || 0) + 1;
+  const { filter, sort } = view || { filter: '', sort: { key: 'id', dir: 1 } };
+  const key = DEVICE_KEYS[sort.key] || DEVICE_KEYS.id;
+  const shown = devices
+    .filter((d) => matches(filter, [d.id, d.host, d.model, d.state, d.phase, d.health, ...d.jobs]))
+    .sort((a, b) => {
+      const x = key(a), y = key(b);
+      return (x < y ? -1 : x > y ? 1 : 0) * sort.dir || a.id.localeCompare(b.id);
+    });
+  for (const th of document.querySelectorAll('#device-table th[data-sort]')) {
+    th.dataset.dir = th.dataset.sort === sort.key ? (sort.dir > 0 ? 'asc' : 'desc') : '';
+  }
+  for (const d of shown.slice(0, DEVICE_ROWS)) {
     const util = d.utilization_pct;
     const mem = d.memory_total_bytes
       ? `${fmtBytes(d.memory_used_bytes) ?? '?'} / ${fmtBytes(d.memory_total_bytes)} GiB` : dash;
@@ -51,16 +81,26 @@ export function renderDevices(devices, admin, onOp) {
       h('td', { class: 'jobs' }, d.jobs.length ? jobLinks(d.jobs) : d.busy ? 'busy' : dash),
       admin ? h('td', { class: 'actions' }, actions) : null));
   }
+  if (!shown.length) {
+    tbody.append(h('tr', {}, h('td', { colspan: 10, class: 'muted' }, `no device matches “${filter}”`)));
+  }
   for (const i of tbody.querySelectorAll('i[data-pct]')) i.style.width = `${i.dataset.pct}%`;
+  const more = $('#device-more');
+  more.hidden = shown.length <= DEVICE_ROWS;
+  more.textContent = `showing ${DEVICE_ROWS} of ${shown.length}${filter ? ' matching' : ''}` +
+    ' devices: filter (a host, a model, a state, a job) to see the others';
   $('#devices-summary').textContent = Object.entries(counts).sort()
-    .map(([k, n]) => `${n} ${k}`).join(' · ');
+    .map(([k, n]) => `${n} ${k}`).join(' · ') +
+    (filter ? ` · ${shown.length} match “${filter}”` : '');
 }
 
-export function renderQueue(active, finished) {
+export function renderQueue(active, finished, filter) {
   const tbody = clear($('#queue-table tbody'));
   const t = now();
+  const hit = (j) => matches(filter, [j.id, j.name, j.tenant, j.state, j.reason, j.error,
+    ...(j.devices || [])]);
   // waiting jobs first (oldest first), then the running ones
-  const jobs = [...active].sort((a, b) => {
+  const jobs = active.filter(hit).sort((a, b) => {
     const qa = QUEUED.includes(a.state) ? 0 : 1, qb = QUEUED.includes(b.state) ? 0 : 1;
     return qa - qb || a.submitted_at - b.submitted_at;
   });
@@ -78,19 +118,26 @@ export function renderQueue(active, finished) {
       h('td', {}, where),
       h('td', { class: 'num' }, fmtAge(t - (queued ? j.submitted_at : j.started_at || j.submitted_at)))));
   }
-  if (!jobs.length) tbody.append(h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'no queued or running jobs')));
+  if (!jobs.length) {
+    tbody.append(h('tr', {}, h('td', { colspan: 5, class: 'muted' },
+      filter ? `no queued or running job matches “${filter}”` : 'no queued or running jobs')));
+  }
   const waiting = jobs.filter((j) => QUEUED.includes(j.state)).length;
-  $('#queue-summary').textContent = `${waiting} waiting · ${jobs.length - waiting} running`;
+  $('#queue-summary').textContent = `${waiting} waiting · ${jobs.length - waiting} running` +
+    (filter ? ` (matching “${filter}”)` : '');
 
   const recent = clear($('#recent-table tbody'));
-  for (const j of finished) {
+  const done = finished.filter(hit);
+  $('#recent-summary').textContent = `(latest ${finished.length}` +
+    `${filter ? `, ${done.length} matching` : ''})`;
+  for (const j of done) {
     recent.append(h('tr', { 'data-job': j.id, 'data-state': j.state },
       h('td', {}, h('a', { href: jobHref(j.id) }, j.name)),
       h('td', {}, j.tenant),
       h('td', {}, badge(j.state, `st-${j.state}`)),
       h('td', { class: 'muted' }, j.error || (j.finished_at ? `${fmtAge(t - j.finished_at)} ago` : ''))));
   }
-  if (!finished.length) recent.append(h('tr', {}, h('td', { class: 'muted' }, 'none yet')));
+  if (!done.length) recent.append(h('tr', {}, h('td', { class: 'muted' }, filter ? 'none matches' : 'none yet')));
 }
 
 export function renderTenants(tenants) {
@@ -216,6 +263,15 @@ export function renderJob(job, events, role) {
     clear(sel);
     for (let r = 0; r < ranks; r++) sel.append(h('option', { value: r }, String(r)));
     sel.value = keep && Number(keep) < ranks ? keep : '0';
+  }
+  // the attempt whose log is shown: the latest (followed while it runs), or an earlier one
+  const tries = $('#log-attempt');
+  if (tries.options.length !== job.attempts + 1) {
+    const keep = tries.value;
+    clear(tries);
+    tries.append(h('option', { value: '' }, 'latest'));
+    for (let a = job.attempts; a >= 1; a--) tries.append(h('option', { value: a }, String(a)));
+    tries.value = keep && Number(keep) <= job.attempts ? keep : '';
   }
 }
 
