@@ -1,5 +1,6 @@
 """On a shared Ray cluster accelnet's GPUs are taken in Ray's own view (issue 26 item 11):
-Ray Train, Ray Serve or anyone's Ray task is never given a GPU accelnet runs."""
+Ray Train, Ray Serve or anyone's Ray task is never given a GPU accelnet runs; and accelnet's
+agents and the launches of its tasks show in Ray's own state (its dashboard)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.ray.connect import RayOptions
 from accelnet.runtime.ray.local_cluster import start_cluster
+from accelnet.runtime.sdk import LocalCluster
+from accelnet.sched import JobSpec, JobState
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 pytestmark = pytest.mark.ray
@@ -20,7 +23,8 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    c = start_cluster({"g0": "2xL4", "c0": "1xT4"}, gpus={"g0": 2})  # Ray counts g0's GPUs
+    # Ray counts g0's GPUs; its dashboard runs (on 127.0.0.1: the state API needs it)
+    c = start_cluster({"g0": "2xL4", "c0": "1xT4"}, gpus={"g0": 2}, dashboard=True)
     try:
         ray.init(address=c.address, log_to_driver=False, logging_level="warning")
         yield c
@@ -63,3 +67,23 @@ def test_agents_hold_accelnets_gpus_while_it_runs_and_let_go_at_close(
     with free.connect(None, tmp_path / "work2", ManualClock(0.0)) as backend:
         assert backend.hosts() == {"g0": True, "c0": True}
         assert _gpus_free() == 2
+
+
+def test_accelnets_task_launches_are_named_in_rays_state(cluster: Any, tmp_path: Path) -> None:
+    from ray.util.state import list_tasks
+
+    options = RayOptions(address=cluster.address, kill_grace_s=0.5, hold_gpus=False)
+    with LocalCluster(workdir=tmp_path / "work", ray=options) as c:
+        spec = JobSpec.model_validate({"name": "seen-in-ray", "run": "true"})
+        rec = c.submit_spec(spec, job_id="seen-in-ray").wait(120)
+        assert rec.state is JobState.SUCCEEDED, rec.error
+    want = "accelnet: seen-in-ray.1.0"
+    end = time.monotonic() + 60  # Ray's task events reach its state API in batches
+    while True:
+        names = {
+            t.name for t in list_tasks(filters=[("name", "=", want)], raise_on_missing_output=False)
+        }
+        if want in names:
+            break
+        assert time.monotonic() < end, names
+        time.sleep(1.0)

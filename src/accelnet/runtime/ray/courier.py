@@ -88,7 +88,8 @@ class Courier:
             self._pending.setdefault(t.host, []).append((t.spec, path))
             return
         self.flush()  # in order: what was launched before goes first
-        ref = node.agent.launch.remote(t.spec, path, parts, *refs)
+        launch = node.agent.launch.options(name=launch_name([t.spec.task_id]))
+        ref = launch.remote(t.spec, path, parts, *refs)
         self._waiting[ref] = ("launch", t.spec.task_id)
 
     def flush(self) -> None:
@@ -110,7 +111,10 @@ class Courier:
             if node.polls == 0:
                 node.heard = max(node.heard, time.monotonic())  # silence counts from now
             node.polls += 1
-        ref = node.agent.exchange.remote(tasks, _AGENT_WAIT_S if long else 0.0)
+        call = node.agent.exchange
+        if tasks:  # named after what it launches: accelnet's tasks in Ray's own dashboard
+            call = call.options(name=launch_name([spec.task_id for spec, _ in tasks]))
+        ref = call.remote(tasks, _AGENT_WAIT_S if long else 0.0)
         self._waiting[ref] = ("poll", (node.host, long, node.epoch))
 
     def answer(self, key: tuple[str, bool, int], ref: Any) -> tuple[str, Any] | None:
@@ -133,3 +137,11 @@ class Courier:
     def drop(self, host: str) -> None:
         """Forget ``host``'s launches not sent yet (its node went away)."""
         self._pending.pop(host, None)
+
+
+def launch_name(task_ids: list[str], most: int = 4) -> str:
+    """The name of a Ray call that launches accelnet tasks, as Ray's dashboard lists it:
+    ``accelnet: train-1a2b.1.0, train-1a2b.1.1 (+6 more)``."""
+    shown = ", ".join(task_ids[:most])
+    more = f" (+{len(task_ids) - most} more)" if len(task_ids) > most else ""
+    return f"accelnet: {shown}{more}"

@@ -68,13 +68,16 @@ def start_cluster(
     cpus: int = 1,
     object_store_mb: int = 100,
     gpus: Mapping[str, int] | None = None,
+    dashboard: bool = False,
 ) -> Any:
     """Start the cluster (the first node is the head) on 127.0.0.1; the ``Cluster``, whose
-    ``address`` is ``127.0.0.1:port``. ``gpus``: GPUs Ray counts on some nodes (by host).
-    Blocks until every node is up (seconds per node). RayUnavailableError without Ray."""
+    ``address`` is ``127.0.0.1:port``. ``gpus``: GPUs Ray counts on some nodes (by host);
+    ``dashboard``: run Ray's dashboard (on 127.0.0.1; its state API needs it). Blocks until
+    every node is up (seconds per node). RayUnavailableError without Ray."""
     (head, emulate), *rest = nodes.items()
     gpus = gpus or {}
-    cluster = new_cluster(node_args(head, emulate, cpus, object_store_mb, gpus.get(head, 0)))
+    head_args = node_args(head, emulate, cpus, object_store_mb, gpus.get(head, 0))
+    cluster = new_cluster({**head_args, "include_dashboard": dashboard})
     try:
         for host, emulate in rest:
             args = node_args(host, emulate, cpus, object_store_mb, gpus.get(host, 0))
