@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelnet.devices import DeviceState
-from accelnet.fabric import Fabric
+from accelnet.fabric import Fabric, load_fabric
 from accelnet.sched import Decision, JobSpec, JobState, JobView, Scheduler, Snapshot, Tenant
 from accelnet.sched.ordering import OrderingPolicy
 from accelnet.sched.reasons import Reason, WaitCode, code_of
@@ -261,3 +261,21 @@ def test_a_job_that_fits_what_is_free_says_so_before_the_next_decision() -> None
     session.put(big)
     assert code_of(session.reason("big")) in (WaitCode.NEVER_FITS, WaitCode.NO_CAPACITY)
     assert [s.job for s in session.decide(3.0).starts] == ["fits"]
+
+
+def test_a_job_a_decision_left_waiting_is_not_told_it_fits_what_is_free() -> None:
+    """Once a decision has seen a job, its reason is the decision's (here: the devices are
+    held for a waiting gang), never 'fits what is free now' again."""
+    fabric = load_fabric("pcie-4xL4")
+    session = Session(Scheduler(reserve_after_s=0), fabric,
+                      dict.fromkeys(fabric.devices, DeviceState.READY))  # fmt: skip
+    a = JobView("A", spec("A", "L4:2", None, 0, "a", False), JobState.ADMITTED, 0.0)
+    session.put(a)
+    (start,) = session.decide(0.0).starts
+    session.put(replace(a, state=JobState.RUNNING, placement=start.placement))
+    session.put(JobView("H", spec("H", "L4:4", None, 0, "a", False), JobState.ADMITTED, 1.0))
+    session.put(JobView("T", spec("T", "L4:1", None, 0, "a", False), JobState.ADMITTED, 2.0))
+    assert code_of(session.reason("T")) is WaitCode.AWAITING_DECISION  # not decided on yet
+    decision = session.decide(5.0)
+    assert "T" not in [s.job for s in decision.starts]
+    assert code_of(session.reason("T")) is not WaitCode.AWAITING_DECISION

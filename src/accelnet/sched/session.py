@@ -96,6 +96,7 @@ class Session:
         self._shares = type(policy).time_shares is not OrderingPolicy.time_shares
         self.progress: ProgressFn | None = None  # the backend's progress reports, if any
         self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
+        self._unseen: set[str] = set()  # jobs queued since the last decision (see reason)
 
     # ----- events ---------------------------------------------------------------------
     def put(self, job: JobView) -> None:
@@ -116,6 +117,7 @@ class Session:
         if job.state is JobState.PENDING:
             self._pending[job.id] = None
         elif job.state is JobState.ADMITTED:
+            self._unseen.add(job.id)
             if self._keyed:
                 self._queue.add(job)
             else:
@@ -143,6 +145,7 @@ class Session:
         old = self._jobs.pop(job_id, None)
         if old is None:
             return
+        self._unseen.discard(job_id)
         self._pending.pop(job_id, None)
         self._nominated.pop(job_id, None)
         if old.state is JobState.ADMITTED:
@@ -238,6 +241,7 @@ class Session:
         kept state: the queue is read from its head only as far as needed."""
         scheduler = self.scheduler
         snap: Snapshot | None = None
+        self._unseen.clear()
         if self._keyed:
             ordered: Iterable[JobView] = self._queue
             key: Any = scheduler.ordering.key
@@ -317,8 +321,9 @@ class Session:
         req, note, over = Quota(self.tenants, self._usage).check(job, base)
         if note is not None:
             return note
-        if self.scheduler.placement.place(req, self.index) is not None:
-            return AWAITING_DECISION  # submitted since the last decision, room free for it
+        place = self.scheduler.placement.place
+        if job_id in self._unseen and place(req, self.index) is not None:
+            return AWAITING_DECISION  # queued since the last decision, and room is free
         return no_capacity(explain(req, self.index), over)
 
     def _everyone(self) -> Sequence[JobView]:
