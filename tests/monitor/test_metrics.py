@@ -604,7 +604,7 @@ def test_tenants_attempts_and_api_calls_are_exported_and_devices_join_to_jobs() 
         usage=[TenantUse("vision", "H100-SXM", 1.5, 7200.0)],
         quotas={("vision", "H100-SXM"): 4.0, ("vision", "*"): 8.0},
         attempts=tally.counts(), run_times=tally.run.snapshot(),
-        device_jobs=[DeviceJob("dgx/gpu0", "train-1", "vision"),
+        device_jobs=[DeviceJob("dgx/gpu0", "train-1", "vision", 0.5),
                      DeviceJob("elsewhere/gpu9", "x", "y")],  # a device not exported: none
         api_requests={("POST", "/api/v1/jobs", "201", "vision"): 5,
                       ("POST", "/api/v1/jobs", "429", "vision"): 2,
@@ -617,8 +617,25 @@ def test_tenants_attempts_and_api_calls_are_exported_and_devices_join_to_jobs() 
     assert value(fams, "accelnet_job_attempts_total", tenant="vision", outcome="succeeded") == 2
     assert value(fams, "accelnet_job_run_seconds_count", tenant="vision") == 3
     assert value(fams, "accelnet_job_run_seconds_bucket", tenant="vision", le="60.0") == 2
+    assert value(fams, "accelnet_device_job", job="train-1") == 0.5  # its share: split by it
     joined = series(fams, "accelnet_device_job")
     assert joined == [{"accelnet_device": "dgx/gpu0", "host": "dgx", "model": "H100-SXM",
                        "kind": "gpu", "job": "train-1", "tenant": "vision"}]  # fmt: skip
     assert value(fams, "accelnet_api_requests_total", route="/api/v1/jobs", code="429") == 2
     assert value(fams, "accelnet_api_requests_total", route="unmatched", tenant="") == 1
+
+
+def test_tenant_device_seconds_count_ended_attempts_only_so_they_never_fall() -> None:
+    """A running attempt's time is not guessed at a scrape (it could exceed what the store
+    records when the attempt ends, and a counter must never go down)."""
+    from accelnet.api.metrics import tenant_usage
+    from accelnet.sched.snapshot import Placement
+    from accelnet.sched.topology import DomainLevel
+
+    spec = JobSpec.model_validate({"name": "t", "tenant": "vision", "run": "true"})
+    running = JobRecord("r", spec, JobState.RUNNING, 0.0, attempts=2, started_at=10.0,
+                        placement=Placement(("h/gpu0", "h/gpu1"), 1.0, "L4", DomainLevel.HOST),
+                        attained=(("L4", 30.0),))  # fmt: skip
+    ended = JobRecord("e", spec, JobState.SUCCEEDED, 0.0, attained=(("L4", 12.0),))
+    (use,) = tenant_usage([running, ended])
+    assert (use.tenant, use.model, use.devices, use.device_seconds) == ("vision", "L4", 2.0, 42.0)

@@ -67,11 +67,11 @@ class ClusterMetrics:
         quotas = {(name, model): float(limit)
                   for name, rec in self.ctx.tenants.all().items()
                   for model, limit in canonical_quota(rec.quota).items()}  # fmt: skip
-        on_devices = [DeviceJob(d, r.id, r.spec.tenant) for r in records
+        on_devices = [DeviceJob(d, r.id, r.spec.tenant, r.placement.share) for r in records
                       if r.state.holds_devices() and r.placement is not None
                       for d in r.placement.devices]  # fmt: skip
         return Accounting(
-            usage=tenant_usage(records, self.ctx.clock.now()),
+            usage=tenant_usage(records),
             quotas=quotas,
             attempts=tally.counts() if tally is not None else {},
             run_times=tally.run.snapshot() if tally is not None else {},
@@ -113,9 +113,10 @@ class ClusterMetrics:
         return waits.snapshot() if waits is not None else {}
 
 
-def tenant_usage(records: Iterable[JobRecord], now: float) -> list[TenantUse]:
-    """Per tenant and model: the devices held now, and the device-seconds used (each job's
-    ended attempts, from the store, and its running attempt since it started)."""
+def tenant_usage(records: Iterable[JobRecord]) -> list[TenantUse]:
+    """Per tenant and model: the devices held now, and the device-seconds of the ended
+    attempts (from the store: a counter that only grows, restarts included; a running
+    attempt is added when it ends, as the store records it)."""
     held: dict[tuple[str, str], float] = {}
     used: dict[tuple[str, str], float] = {}
     for rec in records:
@@ -123,13 +124,9 @@ def tenant_usage(records: Iterable[JobRecord], now: float) -> list[TenantUse]:
         for model, seconds in rec.attained:
             used[tenant, model] = used.get((tenant, model), 0.0) + seconds
         p = rec.placement
-        if not rec.state.holds_devices() or p is None:
-            continue
-        n = len(p.devices) * p.share
-        held[tenant, p.model] = held.get((tenant, p.model), 0.0) + n
-        if rec.state in (JobState.RUNNING, JobState.PREEMPTING) and rec.started_at is not None:
-            run = max(0.0, now - rec.started_at) * n  # started_at: when every rank ran
-            used[tenant, p.model] = used.get((tenant, p.model), 0.0) + run
+        if rec.state.holds_devices() and p is not None:
+            n = len(p.devices) * p.share
+            held[tenant, p.model] = held.get((tenant, p.model), 0.0) + n
     return [TenantUse(t, m, held.get((t, m), 0.0), used.get((t, m), 0.0))
             for t, m in sorted(held.keys() | used.keys())]  # fmt: skip
 

@@ -142,14 +142,14 @@ _DEFS: tuple[MetricDef, ...] = (
     MetricDef("accelnet_tenant_devices", "gauge", "1", ("tenant", "model"),
               "Devices the tenant's jobs hold now (a packed job's share counted as such)."),
     MetricDef("accelnet_tenant_device_seconds_total", "counter", "s", ("tenant", "model"),
-              "Device-seconds the tenant's jobs have used: ended attempts and the running "
-              "ones so far (from the store: kept across restarts)."),
+              "Device-seconds the tenant's ended job attempts used (from the store: kept "
+              "across restarts; a running attempt counts when it ends)."),
     MetricDef("accelnet_tenant_quota_devices", "gauge", "1", ("tenant", "model"),
               "The tenant's quota in devices (model=\"*\": every model together); divide "
               "accelnet_tenant_devices by it for the quota in use."),
     MetricDef("accelnet_device_job", "gauge", "1", (*_DEV, "job", "tenant"),
-              "1 for each job on the device now: join device readings to jobs and tenants "
-              "(on accelnet_device)."),
+              "Each job on the device now, valued at its share of the device (1: whole): "
+              "join device readings to jobs and tenants on accelnet_device."),
     # ----- the API -----
     MetricDef("accelnet_api_requests_total", "counter", "1",
               ("method", "route", "code", "tenant"),

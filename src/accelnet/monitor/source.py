@@ -111,8 +111,7 @@ class ServiceInfo:
 @dataclass(frozen=True, slots=True)
 class TenantUse:
     """What one tenant holds and has used of one device model: ``devices`` now (a packed
-    job's share counted as such), ``device_seconds`` in all (ended attempts and the
-    running ones so far)."""
+    job's share counted as such), ``device_seconds`` its ended attempts used."""
 
     tenant: str
     model: str
@@ -123,11 +122,13 @@ class TenantUse:
 @dataclass(frozen=True, slots=True)
 class DeviceJob:
     """A job on a device now (one per device of its placement): what ties a device's
-    readings to the job and the tenant (as dcgm-exporter's pod labels do)."""
+    readings to the job and the tenant (as dcgm-exporter's pod labels do); ``share`` is
+    the job's share of the device (1: whole; 0.5: packed beside another)."""
 
     device: str
     job: str
     tenant: str
+    share: float = 1.0
 
 
 @dataclass(frozen=True)
