@@ -175,3 +175,28 @@ def test_the_request_counter_sees_every_answer_once_even_a_refusal() -> None:
         ("GET", "unmatched", "429", ""): 1,
         ("GET", "/api/v1/jobs/{job_id}", "200", "vision"): 2,
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("rank 0 failed: boom (log: /srv/w/logs/train-1a2b.2.0.err)",
+         "rank 0 failed: boom (log: attempt 2, rank 0, stderr)"),
+        ("setup on n1 failed: 3 (log: /srv/w/logs/train-1a2b.1.setup-1.err)",
+         "setup on n1 failed: 3 (log: attempt 1, setup on node 1, stderr)"),
+        ("rank 3 lost: x (log: /srv/(odd) dir/logs/a.b.c.7.3.out)",
+         "rank 3 lost: x (log: attempt 7, rank 3, stdout)"),
+        ("requeued (retry 1 of 2, in 2 s): rank 0 failed: e (log: /w/logs/j.1.0.err); more",
+         "requeued (retry 1 of 2, in 2 s): rank 0 failed: e (log: attempt 1, rank 0, stderr); "
+         "more"),
+        ("x = outputs of up-1 at /srv/w/outputs/up-1 (by reference); "
+         "y = outputs of up-2 at /srv/w/outputs/up-2 (by reference)",
+         "x = outputs of up-1 (by reference); y = outputs of up-2 (by reference)"),
+        ("nothing to hide", "nothing to hide"),
+    ],
+)  # fmt: skip
+def test_public_text_shows_no_server_path(text: str, shown: str) -> None:
+    from accelnet.api.redact import public_text
+
+    assert public_text(text) == shown
+    assert "/srv" not in (public_text(text) or "") and "/w/" not in (public_text(text) or "")

@@ -51,7 +51,8 @@ def test_the_base_install_runs_jobs_locally(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "extra"),
     [(["serve", "--port", "0"], "server"),
-     (["simulate", "--fabric", "mixed-lab", "--trace", "x.csv"], "sim")],
+     (["simulate", "--fabric", "mixed-lab", "--trace", "x.csv"], "sim"),
+     (["demo", "--quick"], "demo")],
 )  # fmt: skip
 def test_a_command_that_needs_an_extra_names_it(
     tmp_path: Path, argv: list[str], extra: str

@@ -118,7 +118,7 @@ def test_shell_completion_completes_lazy_commands_and_their_options() -> None:
     assert "--install-completion" in r.stdout
 
 
-def test_run_and_serve_name_the_remediation_policy_alike() -> None:
+def test_run_and_serve_name_the_remediation_policy_alike(tmp_path: Path) -> None:
     """``--policy`` is the scheduling policy (serve, simulate); the device remediation
     policy is ``--device-policy`` in both run and serve."""
     for name in ("run", "serve"):
@@ -126,6 +126,14 @@ def test_run_and_serve_name_the_remediation_policy_alike() -> None:
         assert "--device-policy" in r.stdout, name
     run_help = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).stdout
     assert "--policy " not in run_help
+    # the old spelling still works for scripts, and says what it is now
+    job = tmp_path / "job.yaml"
+    job.write_text('name: j\nrun: "true"\n', encoding="utf-8")
+    bad = CliRunner().invoke(app, ["run", str(job), "--policy", "/nonexistent/p.yaml"],
+                             env={"COLUMNS": "200"})  # fmt: skip
+    assert bad.exit_code == 1
+    said = " ".join(bad.output.split())
+    assert "--policy is now --device-policy" in said and "/nonexistent/p.yaml" in said
 
 
 def test_a_piped_table_keeps_one_line_per_row() -> None:

@@ -12,6 +12,7 @@ spec) runs the same on an emulated fabric whose devices execute on this machine'
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import time
@@ -194,6 +195,11 @@ def _service_phase(
         demo.close()
 
 
+DEMO_MODULES = ("sklearn", "polars", "PIL", "threadpoolctl", "matplotlib", "uvicorn",
+                "fastapi")  # fmt: skip
+"""What the demo's workloads, its service and its plots import (the ``demo`` extra)."""
+
+
 def _training_json(run: DemoRun, plot: Path | None) -> dict[str, Any] | None:
     if TRAINING not in run.jobs:
         return None
@@ -216,6 +222,10 @@ def demo(
 ) -> None:
     """Run inference, rendering, big-data and video jobs on this machine's devices (or a
     Ray cluster's)."""
+    missing = [m for m in DEMO_MODULES if importlib.util.find_spec(m) is None]
+    if missing:  # the workloads import them in their workers: say so here, not there
+        fail(f"the demo needs the 'demo' extra ({', '.join(missing)} not installed): "
+             "pip install 'accelnet[demo]'", 1)  # fmt: skip
     with ray_backend(backend, ray_address, LOCAL_CLUSTER) as ray:
         _demo(fabric, out, as_json, quick, timeout, ray)
 

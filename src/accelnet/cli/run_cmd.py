@@ -140,6 +140,9 @@ def run(
         Path | None,
         typer.Option(help="device remediation policy (YAML; docs/devices.md; as serve's)"),
     ] = None,
+    old_policy: Annotated[
+        Path | None, typer.Option("--policy", hidden=True, help="the old --device-policy")
+    ] = None,
     faults: Annotated[
         Path | None, typer.Option(help="faults to inject (YAML; docs/devices.md)")
     ] = None,
@@ -157,6 +160,12 @@ def run(
 ) -> None:
     """Run job files to completion on this machine (or an emulated fabric, or a Ray
     cluster) and report."""
+    if old_policy is not None:
+        note(
+            "--policy is now --device-policy (--policy is the scheduling policy of serve "
+            "and simulate); taken as --device-policy"
+        )
+        device_policy = device_policy or old_policy
     try:
         with ray_backend(backend, ray_address, "auto") as ray:
             _run(job_files, fabric, out, db, as_json, timeout, device_policy, faults, power_budget,

@@ -197,8 +197,8 @@ def _accounting(out: _Families, acc: Accounting, devices: Mapping[str, DeviceInf
     for dj in acc.device_jobs:
         dev = devices.get(dj.device)
         if dev is not None:
-            labels = (dev.id, dev.host, dev.model, dev.kind, dj.job, dj.tenant)
-            out.add("accelnet_device_job", labels, dj.share)
+            on = (dev.id, dev.host, dev.model, dev.kind, dj.job, dj.tenant)
+            out.add("accelnet_device_job", on, dj.share)
     for labels, n in sorted(acc.api_requests.items()):
         out.add("accelnet_api_requests_total", labels, n)
 

@@ -107,3 +107,25 @@ def test_a_cancelled_queued_job_observes_no_wait(tmp_path: Path) -> None:
     ctl.cancel("b")
     _run_until(ctl, clock, 20.0)
     assert _waits(ctl).count == 1
+
+
+def test_a_retry_recovered_after_a_restart_waits_from_the_end_of_its_backoff(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock(1000.0)
+    spec = JobSpec.model_validate({
+        "name": "flaky", "tenant": "team", "run": "true", "max_retries": 1,
+        "retry": {"backoff_s": 10.0, "jitter": 0.0}, "resources": {"accelerators": "L4:1"},
+    })  # fmt: skip
+    store = SqliteStore(tmp_path / "s.db")
+    first = Controller(load_fabric("pcie-4xL4"), store, _Timed(clock, {"flaky": 0.0},
+                       {("flaky", 1)}), clock, tmp_path / "work")  # fmt: skip
+    first.submit(spec, job_id="flaky")
+    _run_until(first, clock, 1001.0)  # failed at once: requeued, may start at 1,010 s
+    assert store.get("flaky").retry_at == 1010.0
+    clock.set(1003.0)  # the controller restarts during the backoff
+    again = Controller(load_fabric("pcie-4xL4"), store, _Timed(clock, {"flaky": 5.0}, set()),
+                       clock, tmp_path / "work")  # fmt: skip
+    _run_until(again, clock, 1020.0)
+    waits = _waits(again)
+    assert waits.count == 1 and waits.total <= 2.0  # from 1,010 s, not from the restart

@@ -404,8 +404,10 @@ class Controller:
         controller started (recovered): from its submission if it never ran, else from the
         recovery (its requeue time is not stored)."""
         since = self._queued_since.pop(rec.id, None)
-        if since is None:
-            since = rec.submitted_at if rec.attempts == 0 else self._started
+        if since is None:  # recovered: a retry's wait starts when its backoff ends
+            since = (
+                rec.submitted_at if rec.attempts == 0 else max(self._started, rec.retry_at or 0.0)
+            )
         self.queue_waits.observe(rec.spec.tenant, max(0.0, now - since))
 
     # ----- scheduling ---------------------------------------------------------------
