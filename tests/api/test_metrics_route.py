@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import Server, wait_state
+from tests.api.conftest import Server, spawn, wait_state
 
 
 def test_metrics_are_prometheus_text_with_jobs_and_devices(server: Server) -> None:
@@ -74,8 +75,11 @@ def test_a_running_job_ties_its_devices_to_it_and_its_tenant_and_counts_once_end
         jid = sent.json()["jobs"][0]["id"]
         wait_state(user, jid, {"running"})
         now = scrape(anyone)
-        on = [s.labels for s in now["accelnet_device_job"].samples if s.labels["job"] == jid]
-        assert len(on) == 1 and on[0]["tenant"] == "speech"
+        # an open /metrics names no job (any tenant can read it): the device is tied to
+        # the tenant on it, valued at its share
+        assert jid not in anyone.get("/metrics").text
+        on = [s for s in now["accelnet_device_job"].samples if s.labels["tenant"] == "speech"]
+        assert on and all(s.labels["job"] == "" for s in on) and sum(s.value for s in on) >= 1
         assert total(now, "accelnet_tenant_devices", "accelnet_tenant_devices",
                      tenant="speech") >= 1  # fmt: skip
         posts = total(now, "accelnet_api_requests", "accelnet_api_requests_total",
@@ -94,3 +98,21 @@ def test_a_running_job_ties_its_devices_to_it_and_its_tenant_and_counts_once_end
         family = "accelnet_tenant_device_seconds"
         used = total(after, family, family + "_total", tenant="speech")
         assert used > 0
+
+
+def test_with_the_metrics_token_devices_are_tied_to_their_jobs(tmp_path: Path) -> None:
+    srv = spawn(tmp_path, "--fabric", "mixed-lab", "--metrics-token", "scrape-me")
+    try:
+        with srv.client("alice") as user, srv.client() as anyone:
+            job = {"name": "seen", "run": "sleep 60", "resources": {"accelerators": "any:1"}}
+            sent = user.post("/api/v1/jobs", json=job)
+            jid = sent.json()["jobs"][0]["id"]
+            wait_state(user, jid, {"running"})
+            assert anyone.get("/metrics").status_code == 401  # no token: nothing to read
+            text = anyone.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
+            fams = {f.name: f for f in text_string_to_metric_families(text)}
+            on = [s.labels for s in fams["accelnet_device_job"].samples if s.labels["job"] == jid]
+            assert len(on) == 1 and on[0]["tenant"] == "vision"
+            user.post(f"/api/v1/jobs/{jid}/cancel")
+    finally:
+        srv.stop()

@@ -42,11 +42,18 @@ _RUNNING = (JobState.STARTING, JobState.RUNNING)
 
 
 class ClusterMetrics:
-    """A :class:`~accelnet.monitor.source.MetricsSource` over the served cluster."""
+    """A :class:`~accelnet.monitor.source.MetricsSource` over the served cluster.
+    ``show_jobs``: whether ``accelnet_device_job`` names the jobs on each device (only when
+    a scrape needs the metrics token: an open ``/metrics`` would tell every tenant the
+    others' job ids); otherwise its job label is empty, one series per device and tenant,
+    valued at the tenant's share of the device."""
 
-    def __init__(self, ctx: ApiContext, model: CostModel | None = None) -> None:
+    def __init__(
+        self, ctx: ApiContext, model: CostModel | None = None, show_jobs: bool = False
+    ) -> None:
         self.ctx = ctx
         self.model = model or CostModel()
+        self.show_jobs = show_jobs
 
     def snapshot(self) -> Snapshot:
         """Everything one scrape exports, copied now."""
@@ -70,6 +77,11 @@ class ClusterMetrics:
         on_devices = [DeviceJob(d, r.id, r.spec.tenant, r.placement.share) for r in records
                       if r.state.holds_devices() and r.placement is not None
                       for d in r.placement.devices]  # fmt: skip
+        if not self.show_jobs:  # no job ids for whoever can reach an open /metrics
+            shares: dict[tuple[str, str], float] = {}
+            for dj in on_devices:
+                shares[dj.device, dj.tenant] = shares.get((dj.device, dj.tenant), 0.0) + dj.share
+            on_devices = [DeviceJob(d, "", t, v) for (d, t), v in sorted(shares.items())]
         return Accounting(
             usage=tenant_usage(records),
             quotas=quotas,
@@ -136,7 +148,7 @@ def mount_metrics(app: FastAPI, ctx: ApiContext, token: str | None = None) -> No
     must carry, if any). Kept out of the OpenAPI document."""
     from accelnet.monitor import CONTENT_TYPE, exposition, make_registry  # noqa: PLC0415
 
-    source = ClusterMetrics(ctx)
+    source = ClusterMetrics(ctx, show_jobs=token is not None)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

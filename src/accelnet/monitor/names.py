@@ -149,7 +149,8 @@ _DEFS: tuple[MetricDef, ...] = (
               "accelnet_tenant_devices by it for the quota in use."),
     MetricDef("accelnet_device_job", "gauge", "1", (*_DEV, "job", "tenant"),
               "Each job on the device now, valued at its share of the device (1: whole): "
-              "join device readings to jobs and tenants on accelnet_device."),
+              "join device readings to jobs and tenants on accelnet_device (job names only "
+              "with --metrics-token; else job is empty, one series per tenant)."),
     # ----- the API -----
     MetricDef("accelnet_api_requests_total", "counter", "1",
               ("method", "route", "code", "tenant"),
