@@ -38,6 +38,27 @@ def test_direct_highs_returns_linprogs_solution(seed: int, rows: int, cols: int)
         assert np.array_equal(direct, slow)  # the same solver, model and options
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10**6), rows=st.integers(1, 12), cols=st.integers(1, 30))
+def test_direct_highs_ipm_returns_linprogs_ipm_solution(seed: int, rows: int, cols: int) -> None:
+    """finish-time-fair's interior-point LPs: the direct call is linprog's highs-ipm."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(seed)
+    dense = rng.uniform(-1.0, 3.0, (rows, cols)) * (rng.random((rows, cols)) < 0.4)
+    a = csr_matrix(dense)
+    b = rng.uniform(-1.0, 10.0, rows)
+    c = rng.uniform(-5.0, 1.0, cols)
+    bounds = [(0.0, None if rng.random() < 0.3 else float(rng.uniform(0.5, 4.0)))
+              for _ in range(cols)]  # fmt: skip
+    direct = highs.solve_direct(c, a, b, bounds, ipm=True)
+    res = linprog(c, A_ub=a, b_ub=b, bounds=bounds, method="highs-ipm")
+    slow = None if res.status != 0 or res.x is None else np.asarray(res.x, dtype=float)
+    assert (direct is None) == (slow is None)
+    if direct is not None and slow is not None:
+        assert np.array_equal(direct, slow)  # the same solver, model and options
+
+
 def test_direct_highs_says_none_where_linprog_does() -> None:
     a = csr_matrix(np.array([[1.0], [-1.0]]))
     infeasible = highs.solve_direct(np.array([1.0]), a, np.array([1.0, -2.0]), [(0.0, None)])

@@ -29,17 +29,20 @@ HIGHS_DIRECT = _core is not None and hasattr(_core, "_Highs")
 _TOL = math.sqrt(1e-9) * 10  # linprog's feasibility check of HiGHS's answer (tol 1e-9)
 
 
-def _options() -> Any:
+def _options(solver: str | None = None) -> Any:
     opts = _core.HighsOptions()
     opts.presolve = "on"  # linprog: presolve=True
     opts.output_flag = False
     opts.log_to_console = False
     opts.highs_debug_level = 0  # kHighsDebugLevelNone
     opts.simplex_strategy = 1  # kSimplexStrategyDual
+    if solver is not None:  # linprog(method="highs-ipm"): solver="ipm" (crossover on)
+        opts.solver = solver
     return opts
 
 
 _OPTIONS = _options() if HIGHS_DIRECT else None  # never changed: HiGHS copies them
+_OPTIONS_IPM = _options("ipm") if HIGHS_DIRECT else None
 
 
 def solve_direct(
@@ -47,15 +50,18 @@ def solve_direct(
     a_ub: csr_matrix,
     b_ub: np.ndarray,
     bounds: Sequence[tuple[float | None, float | None]],
+    ipm: bool = False,
 ) -> np.ndarray | None:
     """Minimise ``c @ v`` s.t. ``a_ub @ v <= b_ub`` within ``bounds`` (None: unbounded on
-    that side); None if HiGHS reports no optimum or its answer fails linprog's check."""
+    that side); None if HiGHS reports no optimum or its answer fails linprog's check.
+    ``ipm``: HiGHS's interior-point method, as ``linprog(method="highs-ipm")``."""
     n = int(c.size)
     a = a_ub.tocsc()
     box = np.array(bounds, dtype=float).reshape(n, 2)  # None -> nan: no bound on that side
     lb = np.where(np.isnan(box[:, 0]), -np.inf, box[:, 0])
     ub = np.where(np.isnan(box[:, 1]), np.inf, box[:, 1])
-    return solve_csc(c, (a.indptr, a.indices, a.data), np.asarray(b_ub, dtype=float), lb, ub)
+    rhs = np.asarray(b_ub, dtype=float)
+    return solve_csc(c, (a.indptr, a.indices, a.data), rhs, lb, ub, ipm=ipm)
 
 
 def solve_csc(
@@ -64,6 +70,7 @@ def solve_csc(
     rhs: np.ndarray,
     lb: np.ndarray,
     ub: np.ndarray,
+    ipm: bool = False,
 ) -> np.ndarray | None:
     """:func:`solve_direct` with the matrix as CSC arrays ``(indptr, indices, data)``
     (row indices sorted within each column: what ``tocsc`` gives) and the bounds as
@@ -85,7 +92,7 @@ def solve_csc(
     lp.a_matrix_.index_ = indices
     lp.a_matrix_.value_ = data
     highs = _core._Highs()
-    if highs.passOptions(_OPTIONS) == _core.HighsStatus.kError:
+    if highs.passOptions(_OPTIONS_IPM if ipm else _OPTIONS) == _core.HighsStatus.kError:
         return None
     if highs.passModel(lp) == _core.HighsStatus.kError:
         return None

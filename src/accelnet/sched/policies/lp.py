@@ -50,16 +50,34 @@ def pairs_of(ctx: RoundContext) -> Pairs:
             if r > 0:
                 pairs.append((i, model))
                 rate.append(r)
-    models = {m: k for k, m in enumerate(ctx.models)}
-    rows, cols, vals = [], [], []
-    for c, (i, model) in enumerate(pairs):
-        rows += [i, len(jobs) + models[model]]
-        cols += [c, c]
-        vals += [1.0, float(ctx.gang[jobs[i]])]
-    shape = (len(jobs) + len(models), len(pairs))
-    a = coo_matrix((vals, (rows, cols)), shape=shape).tocsr()
+    a = _pair_rows(jobs, pairs, ctx.models, ctx.gang)
     b = np.concatenate([np.ones(len(jobs)), [float(ctx.capacity[m]) for m in ctx.models]])
     return Pairs(jobs, pairs, np.asarray(rate, dtype=float), a, b)
+
+
+def _pair_rows(
+    jobs: Sequence[str],
+    pairs: Sequence[tuple[int, str]],
+    models: Sequence[str],
+    gang: Mapping[str, int],
+) -> csr_matrix:
+    """The rows of :func:`pairs_of`'s LP in CSR form, built directly (the columns are in
+    job order, so each job's row holds a run of consecutive columns; a model's row the
+    columns on it, with the job's gang): the matrix a COO build would give, without its
+    sort."""
+    n_jobs, n_cols = len(jobs), len(pairs)
+    of_model: dict[str, list[int]] = {m: [] for m in models}
+    per_job = [0] * n_jobs
+    for c, (i, model) in enumerate(pairs):
+        per_job[i] += 1
+        of_model[model].append(c)
+    counts = per_job + [len(of_model[m]) for m in models]
+    indptr = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=indptr[1:])
+    model_cols = [c for m in models for c in of_model[m]]
+    indices = np.array(list(range(n_cols)) + model_cols, dtype=np.int32)
+    data = np.array([1.0] * n_cols + [float(gang[jobs[pairs[c][0]]]) for c in model_cols])
+    return csr_matrix((data, indices, indptr), shape=(n_jobs + len(models), n_cols))
 
 
 @dataclass
