@@ -79,7 +79,9 @@ def test_a_running_job_ties_its_devices_to_it_and_its_tenant_and_counts_once_end
         # the tenant on it, valued at its share
         assert jid not in anyone.get("/metrics").text
         on = [s for s in now["accelnet_device_job"].samples if s.labels["tenant"] == "speech"]
-        assert on and all(s.labels["job"] == "" for s in on) and sum(s.value for s in on) >= 1
+        assert (
+            on and all(s.labels["accelnet_job"] == "" for s in on) and sum(s.value for s in on) >= 1
+        )
         assert total(now, "accelnet_tenant_devices", "accelnet_tenant_devices",
                      tenant="speech") >= 1  # fmt: skip
         posts = total(now, "accelnet_api_requests", "accelnet_api_requests_total",
@@ -94,7 +96,9 @@ def test_a_running_job_ties_its_devices_to_it_and_its_tenant_and_counts_once_end
                       tenant="speech", outcome="cancelled")  # fmt: skip
         assert ended == 1 + total(before, "accelnet_job_attempts", "accelnet_job_attempts_total",
                                   tenant="speech", outcome="cancelled")  # fmt: skip
-        assert not [s for s in after["accelnet_device_job"].samples if s.labels["job"] == jid]
+        assert not [
+            s for s in after["accelnet_device_job"].samples if s.labels["accelnet_job"] == jid
+        ]
         family = "accelnet_tenant_device_seconds"
         used = total(after, family, family + "_total", tenant="speech")
         assert used > 0
@@ -111,7 +115,11 @@ def test_with_the_metrics_token_devices_are_tied_to_their_jobs(tmp_path: Path) -
             assert anyone.get("/metrics").status_code == 401  # no token: nothing to read
             text = anyone.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).text
             fams = {f.name: f for f in text_string_to_metric_families(text)}
-            on = [s.labels for s in fams["accelnet_device_job"].samples if s.labels["job"] == jid]
+            on = [
+                s.labels
+                for s in fams["accelnet_device_job"].samples
+                if s.labels["accelnet_job"] == jid
+            ]
             assert len(on) == 1 and on[0]["tenant"] == "vision"
             user.post(f"/api/v1/jobs/{jid}/cancel")
     finally:

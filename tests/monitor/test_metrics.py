@@ -617,10 +617,12 @@ def test_tenants_attempts_and_api_calls_are_exported_and_devices_join_to_jobs() 
     assert value(fams, "accelnet_job_attempts_total", tenant="vision", outcome="succeeded") == 2
     assert value(fams, "accelnet_job_run_seconds_count", tenant="vision") == 3
     assert value(fams, "accelnet_job_run_seconds_bucket", tenant="vision", le="60.0") == 2
-    assert value(fams, "accelnet_device_job", job="train-1") == 0.5  # its share: split by it
+    assert (
+        value(fams, "accelnet_device_job", accelnet_job="train-1") == 0.5
+    )  # its share: split by it
     joined = series(fams, "accelnet_device_job")
     assert joined == [{"accelnet_device": "dgx/gpu0", "host": "dgx", "model": "H100-SXM",
-                       "kind": "gpu", "job": "train-1", "tenant": "vision"}]  # fmt: skip
+                       "kind": "gpu", "accelnet_job": "train-1", "tenant": "vision"}]  # fmt: skip
     assert value(fams, "accelnet_api_requests_total", route="/api/v1/jobs", code="429") == 2
     assert value(fams, "accelnet_api_requests_total", route="unmatched", tenant="") == 1
 
@@ -639,3 +641,18 @@ def test_tenant_device_seconds_count_ended_attempts_only_so_they_never_fall() ->
     ended = JobRecord("e", spec, JobState.SUCCEEDED, 0.0, attained=(("L4", 12.0),))
     (use,) = tenant_usage([running, ended])
     assert (use.tenant, use.model, use.devices, use.device_seconds) == ("vision", "L4", 2.0, 42.0)
+
+
+def test_an_open_metrics_names_services_by_a_digest_only() -> None:
+    """Without the scrape token, a service is exported under a digest of its tenant and name:
+    stable across scrapes, distinct per service, and not the name (which the API shows a
+    tenant only of its own services)."""
+    from accelnet.api.metrics import _unnamed
+
+    svc = digits_service()
+    hidden = _unnamed(svc)
+    assert hidden.name.startswith("svc-") and svc.name not in hidden.name
+    assert _unnamed(svc) == hidden  # stable
+    assert _unnamed(replace(svc, tenant="other")).name != hidden.name  # distinct
+    text = render(FakeSource(services=[hidden])).decode()
+    assert svc.name not in text and hidden.name in text

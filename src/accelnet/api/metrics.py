@@ -9,8 +9,10 @@ the server unless ``--metrics-token`` is set: then a scrape needs that bearer to
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,6 +29,7 @@ from accelnet.monitor.source import (
     DeviceJob,
     JobInfo,
     LinkUse,
+    ServiceInfo,
     Snapshot,
     TenantUse,
     device_info,
@@ -43,17 +46,19 @@ _RUNNING = (JobState.STARTING, JobState.RUNNING)
 
 class ClusterMetrics:
     """A :class:`~accelnet.monitor.source.MetricsSource` over the served cluster.
-    ``show_jobs``: whether ``accelnet_device_job`` names the jobs on each device (only when
-    a scrape needs the metrics token: an open ``/metrics`` would tell every tenant the
-    others' job ids); otherwise its job label is empty, one series per device and tenant,
-    valued at the tenant's share of the device."""
+    ``named``: whether the series name jobs and services (only when a scrape needs the
+    metrics token: an open ``/metrics`` would tell every tenant the others' job ids and
+    service names, which the API shows a tenant only of its own). Otherwise
+    ``accelnet_device_job``'s job label is empty (one series per device and tenant, valued at
+    the tenant's share of the device) and each service is named by a digest of its tenant
+    and name (``svc-1a2b3c4d5e``: stable, distinct, not the name)."""
 
     def __init__(
-        self, ctx: ApiContext, model: CostModel | None = None, show_jobs: bool = False
+        self, ctx: ApiContext, model: CostModel | None = None, named: bool = False
     ) -> None:
         self.ctx = ctx
         self.model = model or CostModel()
-        self.show_jobs = show_jobs
+        self.named = named
 
     def snapshot(self) -> Snapshot:
         """Everything one scrape exports, copied now."""
@@ -64,7 +69,7 @@ class ClusterMetrics:
             list(self._devices()),
             self._links(r for r in records if r.state in _RUNNING),
             self._decisions(),
-            [s.info() for s in self._services()],
+            [s.info() if self.named else _unnamed(s.info()) for s in self._services()],
             self._waits(),
             self._accounting(records),
         )
@@ -77,7 +82,7 @@ class ClusterMetrics:
         on_devices = [DeviceJob(d, r.id, r.spec.tenant, r.placement.share) for r in records
                       if r.state.holds_devices() and r.placement is not None
                       for d in r.placement.devices]  # fmt: skip
-        if not self.show_jobs:  # no job ids for whoever can reach an open /metrics
+        if not self.named:  # no job ids for whoever can reach an open /metrics
             shares: dict[tuple[str, str], float] = {}
             for dj in on_devices:
                 shares[dj.device, dj.tenant] = shares.get((dj.device, dj.tenant), 0.0) + dj.share
@@ -125,6 +130,12 @@ class ClusterMetrics:
         return waits.snapshot() if waits is not None else {}
 
 
+def _unnamed(info: ServiceInfo) -> ServiceInfo:
+    """``info`` under a digest of its tenant and name (see :class:`ClusterMetrics`)."""
+    digest = hashlib.sha256(f"{info.tenant}/{info.name}".encode()).hexdigest()[:10]
+    return replace(info, name=f"svc-{digest}")
+
+
 def tenant_usage(records: Iterable[JobRecord]) -> list[TenantUse]:
     """Per tenant and model: the devices held now, and the device-seconds of the ended
     attempts (from the store: a counter that only grows, restarts included; a running
@@ -148,7 +159,7 @@ def mount_metrics(app: FastAPI, ctx: ApiContext, token: str | None = None) -> No
     must carry, if any). Kept out of the OpenAPI document."""
     from accelnet.monitor import CONTENT_TYPE, exposition, make_registry  # noqa: PLC0415
 
-    source = ClusterMetrics(ctx, show_jobs=token is not None)
+    source = ClusterMetrics(ctx, named=token is not None)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

@@ -147,10 +147,10 @@ _DEFS: tuple[MetricDef, ...] = (
     MetricDef("accelnet_tenant_quota_devices", "gauge", "1", ("tenant", "model"),
               "The tenant's quota in devices (model=\"*\": every model together); divide "
               "accelnet_tenant_devices by it for the quota in use."),
-    MetricDef("accelnet_device_job", "gauge", "1", (*_DEV, "job", "tenant"),
+    MetricDef("accelnet_device_job", "gauge", "1", (*_DEV, "accelnet_job", "tenant"),
               "Each job on the device now, valued at its share of the device (1: whole): "
-              "join device readings to jobs and tenants on accelnet_device (job names only "
-              "with --metrics-token; else job is empty, one series per tenant)."),
+              "join device readings to jobs and tenants on accelnet_device (job ids only "
+              "with --metrics-token; else accelnet_job is empty, one series per tenant)."),
     # ----- the API -----
     MetricDef("accelnet_api_requests_total", "counter", "1",
               ("method", "route", "code", "tenant"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 import numpy as np
 from scipy.optimize import linprog
@@ -61,10 +62,11 @@ def _pair_rows(
     models: Sequence[str],
     gang: Mapping[str, int],
 ) -> csr_matrix:
-    """The rows of :func:`pairs_of`'s LP in CSR form, built directly (the columns are in
-    job order, so each job's row holds a run of consecutive columns; a model's row the
-    columns on it, with the job's gang): the matrix a COO build would give, without its
-    sort."""
+    """The rows of :func:`pairs_of`'s LP in CSR form, built directly: the matrix a COO
+    build would give, without its sort. ``pairs`` must come in job order (``pairs_of``
+    makes them so), so that each job's row holds a run of consecutive columns; a model's
+    row holds the columns on it, with the job's gang."""
+    assert all(a[0] <= b[0] for a, b in pairwise(pairs)), "pairs must come in job order"
     n_jobs, n_cols = len(jobs), len(pairs)
     of_model: dict[str, list[int]] = {m: [] for m in models}
     per_job = [0] * n_jobs
