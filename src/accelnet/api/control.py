@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from accelnet.api.admission import Admission
@@ -30,6 +31,7 @@ from accelnet.api.tenants import TenantRecord, Tenants
 from accelnet.api.tokens import Principal
 from accelnet.fabric.catalog import find_device_model
 from accelnet.runtime.clock import Clock
+from accelnet.runtime.control.store import JobRecord
 from accelnet.sched import JobState
 from accelnet.sched.placement import PLACEMENTS
 from accelnet.sched.policies import POLICY_NAMES, QUEUE_POLICIES, make_scheduler
@@ -60,6 +62,19 @@ def policy_of(name: str, port: ClusterPort) -> PolicyState:
     return PolicyState(name, getattr(s.placement, "name", "?"), None, s.reserve_after_s)
 
 
+def devices_held(records: Iterable[JobRecord]) -> dict[str, dict[str, float]]:
+    """Devices the jobs among ``records`` that hold some (starting, running, being stopped)
+    hold, per tenant and model (a packed job's share counted as such)."""
+    out: dict[str, dict[str, float]] = {}
+    for rec in records:
+        p = rec.placement
+        if not rec.state.holds_devices() or p is None:
+            continue
+        mine = out.setdefault(rec.spec.tenant, {})
+        mine[p.model] = mine.get(p.model, 0.0) + len(p.devices) * p.share
+    return out
+
+
 class ControlService:
     """Tenants, policy, events and audit."""
 
@@ -87,15 +102,9 @@ class ControlService:
     # ----- tenants --------------------------------------------------------------------
     def usage(self) -> dict[str, dict[str, float]]:
         """Devices each tenant's running jobs hold, per model and ``*``."""
-        out: dict[str, dict[str, float]] = {}
-        for rec in self.port.store.jobs(_HOLDING):
-            p = rec.placement
-            if p is None:
-                continue
-            mine = out.setdefault(rec.spec.tenant, {})
-            amount = len(p.devices) * p.share
-            mine[p.model] = mine.get(p.model, 0.0) + amount
-            mine["*"] = mine.get("*", 0.0) + amount
+        out = devices_held(self.port.store.jobs(_HOLDING))
+        for mine in out.values():
+            mine["*"] = sum(mine.values())
         return out
 
     def tenant_out(self, record: TenantRecord, usage: dict[str, dict[str, float]]) -> TenantOut:

@@ -20,6 +20,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from accelnet.api.audit import client_address
 from accelnet.api.context import ApiContext
+from accelnet.api.control import devices_held
 from accelnet.api.limits import ANON_SPENT, retry_after
 from accelnet.comm import Communicator, CostModel
 from accelnet.comm.contention import CommJob, link_shares
@@ -136,20 +137,15 @@ def _unnamed(info: ServiceInfo) -> ServiceInfo:
     return replace(info, name=f"svc-{digest}")
 
 
-def tenant_usage(records: Iterable[JobRecord]) -> list[TenantUse]:
+def tenant_usage(records: Sequence[JobRecord]) -> list[TenantUse]:
     """Per tenant and model: the devices held now, and the device-seconds of the ended
     attempts (from the store: a counter that only grows, restarts included; a running
     attempt is added when it ends, as the store records it)."""
-    held: dict[tuple[str, str], float] = {}
+    held = {(t, m): n for t, per in devices_held(records).items() for m, n in per.items()}
     used: dict[tuple[str, str], float] = {}
     for rec in records:
-        tenant = rec.spec.tenant
         for model, seconds in rec.attained:
-            used[tenant, model] = used.get((tenant, model), 0.0) + seconds
-        p = rec.placement
-        if rec.state.holds_devices() and p is not None:
-            n = len(p.devices) * p.share
-            held[tenant, p.model] = held.get((tenant, p.model), 0.0) + n
+            used[rec.spec.tenant, model] = used.get((rec.spec.tenant, model), 0.0) + seconds
     return [TenantUse(t, m, held.get((t, m), 0.0), used.get((t, m), 0.0))
             for t, m in sorted(held.keys() | used.keys())]  # fmt: skip
 

@@ -402,7 +402,8 @@ class Controller:
     def _observe_wait(self, rec: JobRecord, now: float) -> None:
         """The wait that ends with this start, observed once. A job queued before this
         controller started (recovered): from its submission if it never ran, else from the
-        recovery (its requeue time is not stored)."""
+        recovery or the end of its retry backoff, the later (its requeue time is not
+        stored)."""
         since = self._queued_since.pop(rec.id, None)
         if since is None:  # recovered: a retry's wait starts when its backoff ends
             since = (

@@ -64,6 +64,7 @@ class Members:
         self._agent_cls = ray.remote(NodeAgent)
         self._describe = ray.remote(num_cpus=0, max_retries=0)(describe_node)
         self.changes: list[NodeChange] = []
+        self._ray_gpus: dict[str, int] = {}  # Ray node id -> the GPUs Ray counts there
 
     def start(self, reports: Sequence[NodeReport]) -> None:
         """Start every reported node's agent and wait for it; the fabric's other hosts
@@ -117,10 +118,10 @@ class Members:
         ours = sum(1 for d in report.devices if d[1].get("kind") == "gpu")
         if not ours or not self.options.hold_gpus:
             return 0
-        for n in self._ray.nodes():
-            if n.get("NodeID") == report.node_id:
-                return min(ours, int(n.get("Resources", {}).get("GPU", 0)))
-        return 0
+        if report.node_id not in self._ray_gpus:  # one look at Ray's nodes per new node
+            self._ray_gpus = {str(n.get("NodeID")): int(n.get("Resources", {}).get("GPU", 0))
+                              for n in self._ray.nodes()}  # fmt: skip
+        return min(ours, self._ray_gpus.get(report.node_id, 0))
 
     def _hello(self, host: str, info: Mapping[str, Any]) -> None:
         node = self.nodes[host]

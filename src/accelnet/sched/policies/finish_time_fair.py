@@ -50,11 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 from scipy.sparse import csr_matrix, hstack
 
 from accelnet.sched.policies.hetero_fair import equal_share
-from accelnet.sched.policies.highs import HIGHS_DIRECT, solve_direct
 from accelnet.sched.policies.lp import (
     Pairs,
     allocation,
@@ -63,6 +61,7 @@ from accelnet.sched.policies.lp import (
     pairs_of,
     stack,
 )
+from accelnet.sched.policies.lp import solve as lp_solve
 from accelnet.sched.policies.min_makespan import remaining_steps
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
@@ -76,15 +75,8 @@ def solve(
     """:func:`~accelnet.sched.policies.lp.solve` with HiGHS's interior-point method (and
     its crossover to a vertex): on these LPs (a dense block of job rows tied by a few
     capacity rows) it is about 4x faster than the simplex HiGHS picks by default (5,000
-    jobs on 3 models: 1.1 s -> 0.25 s per LP). HiGHS is called directly with the model and
-    options linprog gives it (:mod:`.highs`: the same answer, without linprog's own work,
-    most of a small LP's time). None if it finds no optimum."""
-    if HIGHS_DIRECT:
-        return solve_direct(c, a_ub, b_ub, bounds, ipm=True)
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=list(bounds), method="highs-ipm")
-    if res.status != 0 or res.x is None:
-        return None
-    return np.asarray(res.x, dtype=float)
+    jobs on 3 models: 1.1 s -> 0.25 s per LP). None if it finds no optimum."""
+    return lp_solve(c, a_ub, b_ub, bounds, ipm=True)
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import pairwise
 
 import numpy as np
 from scipy.optimize import linprog
@@ -66,7 +65,6 @@ def _pair_rows(
     build would give, without its sort. ``pairs`` must come in job order (``pairs_of``
     makes them so), so that each job's row holds a run of consecutive columns; a model's
     row holds the columns on it, with the job's gang."""
-    assert all(a[0] <= b[0] for a, b in pairwise(pairs)), "pairs must come in job order"
     n_jobs, n_cols = len(jobs), len(pairs)
     of_model: dict[str, list[int]] = {m: [] for m in models}
     per_job = [0] * n_jobs
@@ -156,15 +154,17 @@ def solve(
     a_ub: csr_matrix,
     b_ub: np.ndarray,
     bounds: Sequence[tuple[float | None, float | None]],
+    ipm: bool = False,
 ) -> np.ndarray | None:
     """Minimise ``c @ v`` s.t. ``a_ub @ v <= b_ub`` within ``bounds``; None if HiGHS finds no
     optimum (infeasible or unbounded: callers fall back). HiGHS is called directly, with
     the model and options ``linprog(method="highs")`` gives it (:mod:`.highs`), so the
     answer is linprog's without its input checks (~2 ms a call, 80 % of a small round's LP
-    time); where scipy's HiGHS binding is not there, through linprog."""
+    time); where scipy's HiGHS binding is not there, through linprog. ``ipm``: HiGHS's
+    interior-point method, as ``linprog(method="highs-ipm")``."""
     if HIGHS_DIRECT:
-        return solve_direct(c, a_ub, b_ub, bounds)
-    return solve_linprog(c, a_ub, b_ub, bounds)
+        return solve_direct(c, a_ub, b_ub, bounds, ipm=ipm)
+    return solve_linprog(c, a_ub, b_ub, bounds, ipm=ipm)
 
 
 def solve_csc(
@@ -190,9 +190,11 @@ def solve_linprog(
     a_ub: csr_matrix,
     b_ub: np.ndarray,
     bounds: Sequence[tuple[float | None, float | None]],
+    ipm: bool = False,
 ) -> np.ndarray | None:
     """:func:`solve` through ``scipy.optimize.linprog``."""
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=list(bounds), method="highs")
+    method = "highs-ipm" if ipm else "highs"
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=list(bounds), method=method)
     if res.status != 0 or res.x is None:
         return None
     return np.asarray(res.x, dtype=float)
