@@ -19,7 +19,6 @@ It prints a table and writes ``bench/results/cli_startup.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -37,7 +36,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from api_bench import token
-from benchutil import source_state, src_label
+from benchutil import run_and_report, source_state, src_label
 from serveproc import ServeProcess, accelnet_cmd
 
 ROOT = Path(__file__).resolve().parent
@@ -137,11 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    console = Console()
-    result = run(args, console)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    report(result, console)
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ It prints a table and writes ``bench/results/dashboard.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +32,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from benchutil import source_state, src_label
-from serveproc import ServeProcess, accelnet_cmd
+from api_bench import token as api_token
+from benchutil import run_and_report, source_state, src_label
+from serveproc import ServeProcess
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "dashboard.json"
@@ -47,13 +46,6 @@ PAINTED = """() => {
   const rows = document.querySelectorAll('#device-table tbody tr[data-device]');
   return (cells.length > 0 || nodes.length > 0) && rows.length > 0;
 }"""
-
-
-def admin_token(db: Path) -> str:
-    done = subprocess.run([*accelnet_cmd(), "token", "create", "--db", str(db), "--tenant",
-                           "ops", "--role", "admin", "--name", "bench"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    return done.stdout.strip().splitlines()[-1]
 
 
 def one_page(browser: Any, url: str, token: str, gpus: int) -> dict[str, float]:
@@ -86,7 +78,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         tmp = Path(tmp_s)
         tmp.chmod(0o711)
         db = tmp / "state.db"
-        token = admin_token(db)
+        token = api_token(db, "ops", "admin")
         fabric = f"fat-tree:hosts={args.gpus // 8},gpus_per_host=8"
         server = ServeProcess(tmp, db, "--fabric", fabric, "--rate", "0")
         try:
@@ -133,11 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    console = Console()
-    result = run(args, console)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    report(result, console)
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ It prints a table and writes ``bench/results/install.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import subprocess
@@ -36,7 +35,7 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from benchutil import source_state, src_label
+from benchutil import run_and_report, source_state, src_label
 
 ROOT = Path(__file__).resolve().parent
 PROJECT = ROOT.parent
@@ -129,11 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    console = Console()
-    result = run(args, console)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    report(result, console)
+    run_and_report(args, run, report, args.out)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """One server per test module (tokens can be made while it runs: it reads the token
     table on every request)."""
     tmp = tmp_path_factory.mktemp("dash")
-    srv = serve(tmp, "--fabric", "mixed-lab", "--rate", "1000", "--burst", "1000")
+    yield from serving(tmp, "--fabric", "mixed-lab", "--rate", "1000", "--burst", "1000")
+
+
+def serving(tmp: Path, *args: str) -> Iterator[Served]:
+    """:func:`serve`, yielded, then stopped (SIGTERM; killed after 20 s): a fixture's body."""
+    srv = serve(tmp, *args)
     try:
         yield srv
     finally:

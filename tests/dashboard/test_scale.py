@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import Served, serve
+from tests.dashboard.conftest import Served, serving
 from tests.dashboard.test_browser import WAIT_MS, _page
 
 pytestmark = pytest.mark.slow
@@ -29,18 +27,8 @@ GPUS = 2048
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    srv = serve(tmp_path_factory.mktemp("big"), "--fabric", FABRIC, "--rate", "1000",
-                "--burst", "1000")  # fmt: skip
-    try:
-        yield srv
-    finally:
-        if srv.proc.poll() is None:
-            srv.proc.send_signal(signal.SIGTERM)
-        try:
-            srv.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            srv.proc.kill()
-            srv.proc.wait()
+    yield from serving(tmp_path_factory.mktemp("big"), "--fabric", FABRIC, "--rate", "1000",
+                       "--burst", "1000")  # fmt: skip
 
 
 def test_a_2048_gpu_fabric_opens_compact_and_drills_down(chromium: Any, big: Served) -> None:

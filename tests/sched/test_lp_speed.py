@@ -21,16 +21,27 @@ from tests.sched.test_policies import contexts
 pytestmark = pytest.mark.skipif(not highs.HIGHS_DIRECT, reason="scipy's HiGHS binding missing")
 
 
+Bounds = list[tuple[float, float | None]]
+
+
+def _random_lp(
+    seed: int, rows: int, cols: int
+) -> tuple[np.ndarray, csr_matrix, np.ndarray, Bounds]:
+    """A random LP ``(c, A, b, bounds)``: sparse, some rows infeasible, some columns
+    unbounded above."""
+    rng = np.random.default_rng(seed)
+    dense = rng.uniform(-1.0, 3.0, (rows, cols)) * (rng.random((rows, cols)) < 0.4)
+    b = rng.uniform(-1.0, 10.0, rows)
+    c = rng.uniform(-5.0, 1.0, cols)
+    bounds: Bounds = [(0.0, None if rng.random() < 0.3 else float(rng.uniform(0.5, 4.0)))
+                      for _ in range(cols)]  # fmt: skip
+    return c, csr_matrix(dense), b, bounds
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10**6), rows=st.integers(1, 12), cols=st.integers(1, 30))
 def test_direct_highs_returns_linprogs_solution(seed: int, rows: int, cols: int) -> None:
-    rng = np.random.default_rng(seed)
-    dense = rng.uniform(-1.0, 3.0, (rows, cols)) * (rng.random((rows, cols)) < 0.4)
-    a = csr_matrix(dense)
-    b = rng.uniform(-1.0, 10.0, rows)
-    c = rng.uniform(-5.0, 1.0, cols)
-    bounds = [(0.0, None if rng.random() < 0.3 else float(rng.uniform(0.5, 4.0)))
-              for _ in range(cols)]  # fmt: skip
+    c, a, b, bounds = _random_lp(seed, rows, cols)
     direct = highs.solve_direct(c, a, b, bounds)
     slow = lp.solve_linprog(c, a, b, bounds)
     assert (direct is None) == (slow is None)
@@ -44,13 +55,7 @@ def test_direct_highs_ipm_returns_linprogs_ipm_solution(seed: int, rows: int, co
     """finish-time-fair's interior-point LPs: the direct call is linprog's highs-ipm."""
     from scipy.optimize import linprog
 
-    rng = np.random.default_rng(seed)
-    dense = rng.uniform(-1.0, 3.0, (rows, cols)) * (rng.random((rows, cols)) < 0.4)
-    a = csr_matrix(dense)
-    b = rng.uniform(-1.0, 10.0, rows)
-    c = rng.uniform(-5.0, 1.0, cols)
-    bounds = [(0.0, None if rng.random() < 0.3 else float(rng.uniform(0.5, 4.0)))
-              for _ in range(cols)]  # fmt: skip
+    c, a, b, bounds = _random_lp(seed, rows, cols)
     direct = highs.solve_direct(c, a, b, bounds, ipm=True)
     res = linprog(c, A_ub=a, b_ub=b, bounds=bounds, method="highs-ipm")
     slow = None if res.status != 0 or res.x is None else np.asarray(res.x, dtype=float)
