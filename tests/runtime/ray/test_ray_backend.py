@@ -31,7 +31,7 @@ from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.taskenv import rendezvous_env
 from accelnet.runtime.ray.backend import RayBackend
 from accelnet.runtime.ray.connect import RayOptions
-from accelnet.runtime.ray.local_cluster import node_args, start_cluster
+from accelnet.runtime.ray.local_cluster import node_args
 from accelnet.runtime.ray.nodes import HOST_LABEL, LEAF
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobState
@@ -50,6 +50,7 @@ from tests.runtime.backend_contract import (
     tree,
     until,
 )
+from tests.runtime.ray.clusters import connected_cluster
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 pytestmark = pytest.mark.ray
@@ -65,13 +66,7 @@ def _pickle_this_module_by_value() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    c = start_cluster(NODES)
-    try:
-        ray.init(address=c.address, log_to_driver=False, logging_level="warning")
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
+    yield from connected_cluster(NODES)
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.ray.connect import RayOptions
-from accelnet.runtime.ray.local_cluster import start_cluster
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobSpec, JobState
+from tests.runtime.ray.clusters import connected_cluster
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 pytestmark = pytest.mark.ray
@@ -24,13 +24,7 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     # Ray counts g0's GPUs; its dashboard runs (on 127.0.0.1: the state API needs it)
-    c = start_cluster({"g0": "2xL4", "c0": "1xT4"}, gpus={"g0": 2}, dashboard=True)
-    try:
-        ray.init(address=c.address, log_to_driver=False, logging_level="warning")
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
+    yield from connected_cluster({"g0": "2xL4", "c0": "1xT4"}, gpus={"g0": 2}, dashboard=True)
 
 
 def _gpus_free() -> float:
