@@ -123,3 +123,84 @@ def test_hetero_fair_csc_rows_are_linprogs_rows(
         m.setattr(lp, "HIGHS_DIRECT", False)
         slow = _fresh(ctx)
     assert direct == slow
+
+
+def _stacked_rows(p: lp.Pairs, need: np.ndarray) -> tuple[csr_matrix, csr_matrix]:
+    """min-makespan's two matrices built as they were before its CSC arrays: scipy.sparse
+    blocks (the shared rows, the speed rows, theta's column) stacked."""
+    from scipy.sparse import hstack
+
+    speed = lp.job_rows(p, p.rate)
+    theta = csr_matrix(need.reshape(-1, 1))
+    one = lp.stack(lp.extra_columns(p.a_shared, 1), csr_matrix(hstack([-speed, theta])))
+    return one, lp.stack(p.a_shared, -speed)
+
+
+def _same_csc(arrays: tuple[np.ndarray, np.ndarray, np.ndarray], a: csr_matrix) -> bool:
+    csc = a.tocsc()
+    return all(np.array_equal(x, y) for x, y in zip(arrays, (csc.indptr, csc.indices, csc.data),
+                                                    strict=True))  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts(), classes=st.booleans())
+def test_min_makespan_csc_rows_are_the_stacked_blocks(ctx: RoundContext, classes: bool) -> None:
+    """The arrays min-makespan hands HiGHS are those the stacked blocks gave (so the same
+    model, the same answer), one job per row or one class per row."""
+    from accelnet.sched.policies.min_makespan import _Rows, remaining_steps
+
+    left = remaining_steps(ctx)
+    if classes:
+        p, _ = lp.class_pairs(lp.group(ctx, left))
+    else:
+        p = lp.pairs_of(ctx)
+    if p.n == 0:
+        return
+    need = np.array([left[j] for j in p.jobs]) * 0.5
+    rows = _Rows.of(p)
+    one, two = _stacked_rows(p, need)
+    assert _same_csc(rows.with_theta(need), one)
+    assert _same_csc(rows.csc(), two)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts(), which=st.sampled_from(["min-makespan", "hetero-jct", "guarded"]))
+def test_csc_policies_give_linprogs_allocation(
+    ctx: RoundContext, which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """min-makespan's and hetero-jct's CSC arrays through HiGHS directly, and through
+    scipy.sparse and linprog: the same allocation."""
+    from accelnet.sched.policies.hetero_jct import HeteroJct
+    from accelnet.sched.policies.min_makespan import MinMakespan
+
+    def make() -> MinMakespan | HeteroJct:
+        if which == "min-makespan":
+            return MinMakespan()
+        return HeteroJct(guard=0.5 if which == "guarded" else 0.0)
+
+    direct = make().allocate(ctx)
+    with monkeypatch.context() as m:
+        m.setattr(lp, "HIGHS_DIRECT", False)
+        slow = make().allocate(ctx)
+    assert direct == slow
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts())
+def test_shared_rows_are_the_coo_builds(ctx: RoundContext) -> None:
+    """The shared rows, as CSR and as CSC arrays, are the matrix a COO build of Gavel's
+    rows gives (a job's time row: 1 per column; a model's capacity row: the gang)."""
+    from scipy.sparse import coo_matrix
+
+    p = lp.pairs_of(ctx)
+    rows, cols, vals = [], [], []
+    for c, (i, model) in enumerate(p.pairs):
+        rows += [i, len(p.jobs) + ctx.models.index(model)]
+        cols += [c, c]
+        vals += [1.0, float(ctx.gang[p.jobs[i]])]
+    coo = coo_matrix((vals, (rows, cols)), shape=(len(p.jobs) + len(ctx.models), p.n)).tocsr()
+    for got, want in ((p.a_shared, coo), (p.a_shared.tocsc(), coo.tocsc())):
+        assert np.array_equal(got.indptr, want.indptr)
+        assert np.array_equal(got.indices, want.indices)
+        assert np.array_equal(got.data, want.data)
+    assert _same_csc(p.shared_csc(), coo)

@@ -47,6 +47,7 @@ from accelnet.sched.policies.lp import (
     pairs_of,
     side_by_side,
     solve,
+    solve_csc,
     split,
     stack,
 )
@@ -102,26 +103,26 @@ class HeteroJct(RoundPolicy):
             col, size = np.ones(p.n), np.ones(len(p.jobs))
         if p.n == 0:
             return {}
-        gang = np.array([float(ctx.gang[p.jobs[i]]) for i, _ in p.pairs])
-        progress = p.rate / np.array([left[p.jobs[i]] for i, _ in p.pairs])
-        progress /= gang**self.gang_weight
-        a, b = p.a_shared, p.b_shared
-        bounds = [(0.0, float(n)) for n in col]
+        work = np.array([left[j] for j in p.jobs])
+        progress = p.rate / work[p.index]
+        progress /= p.gang**self.gang_weight
         if self.packs and grouped is None:
             packed = self._packed(ctx, p, left, progress)
             if packed is not None:
                 return packed
+        lb, ub = np.zeros(p.n), np.asarray(col, dtype=float)
+        v: np.ndarray | None = None
         guarded = False
         if self.guard > 0:
             theta = MinMakespan().theta(ctx)
             if theta is not None:
-                need = np.array([left[j] for j in p.jobs]) * size * theta * self.guard
-                a = stack(a, -job_rows(p, p.rate))
-                b = np.concatenate([b, -need])
-                guarded = True
-        v = solve(-progress, a, b, bounds)
-        if v is None and guarded:
-            v, guarded = solve(-progress, p.a_shared, p.b_shared, bounds), False
+                need = work * size * theta * self.guard
+                a = stack(p.a_shared, -job_rows(p, p.rate))
+                b = np.concatenate([p.b_shared, -need])
+                v = solve(-progress, a, b, [(0.0, float(n)) for n in col])
+                guarded = v is not None
+        if v is None:  # the shared rows alone, as CSC arrays (no matrix built)
+            v = solve_csc(-progress, p.shared_csc(), p.b_shared, lb, ub)
         if v is None:
             return {}
         if grouped is not None:  # jobs alike one after the other, unless each is guarded

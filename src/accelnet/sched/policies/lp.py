@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 from scipy.optimize import linprog
@@ -24,60 +25,82 @@ from accelnet.sched.rounds import Allocation, RoundContext
 
 @dataclass
 class Pairs:
-    """The LP's (job, model) columns and the shared rows."""
+    """The LP's (job, model) columns and the shared rows: one per job (its time, at most
+    ``b_shared``'s 1 or its class's size), then one per model (its capacity). Per column:
+    its job's index, its model's index (in the context's order of models) and its job's
+    gang, from which the shared rows are built, as CSR (:attr:`a_shared`, on first use) or
+    as CSC arrays (:meth:`shared_csc`)."""
 
     jobs: list[str]
     pairs: list[tuple[int, str]]  # (job index, model) per column
     rate: np.ndarray  # gang rate of each pair
-    a_shared: csr_matrix  # rows: one per job (time), one per model (capacity)
     b_shared: np.ndarray
+    index: np.ndarray  # each column's job index (int32)
+    model: np.ndarray  # each column's model index (int32)
+    gang: np.ndarray  # each column's job's gang (float)
 
     @property
     def n(self) -> int:
         """Number of pair columns."""
         return len(self.pairs)
 
+    @property
+    def models(self) -> int:
+        """Number of models (capacity rows)."""
+        return int(self.b_shared.size) - len(self.jobs)
+
+    @cached_property
+    def a_shared(self) -> csr_matrix:
+        """The shared rows in CSR form, built directly (what a COO build would give,
+        without its sort): each job's row holds its run of consecutive columns, a model's
+        row the columns on it, with their jobs' gangs."""
+        n_jobs, n = len(self.jobs), self.n
+        on = np.argsort(self.model, kind="stable")  # each model's columns, in order
+        counts = np.concatenate([np.bincount(self.index, minlength=n_jobs),
+                                 np.bincount(self.model, minlength=self.models)])  # fmt: skip
+        indptr = np.zeros(counts.size + 1, dtype=np.int32)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.concatenate([np.arange(n, dtype=np.int32), on.astype(np.int32)])
+        data = np.concatenate([np.ones(n), self.gang[on]])
+        return csr_matrix((data, indices, indptr), shape=(n_jobs + self.models, n))
+
+    def shared_csc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The shared rows as CSC arrays ``(indptr, indices, data)``: per column its job's
+        time row (1) and its model's capacity row (its gang), what ``a_shared.tocsc()``
+        gives, without building a matrix."""
+        n = self.n
+        rows = np.empty((n, 2), dtype=np.int32)
+        rows[:, 0] = self.index
+        rows[:, 1] = len(self.jobs) + self.model
+        values = np.empty((n, 2))
+        values[:, 0], values[:, 1] = 1.0, self.gang
+        return np.arange(0, 2 * n + 1, 2, dtype=np.int32), rows.ravel(), values.ravel()
+
 
 def pairs_of(ctx: RoundContext) -> Pairs:
     """The columns and the shared rows of ``ctx``. Jobs that can run on no model here (no
     positive rate) are left out: a row they could never satisfy would hold every other
-    job's level at zero."""
+    job's level at zero. Columns come in job order."""
     jobs = [j.id for j in ctx.jobs if any(r > 0 for r in ctx.tput[j.id].values())]
+    order = {m: k for k, m in enumerate(ctx.models)}
     pairs: list[tuple[int, str]] = []
     rate: list[float] = []
+    index: list[int] = []
+    model: list[int] = []
+    gang: list[float] = []
     for i, jid in enumerate(jobs):
-        for model, r in ctx.tput[jid].items():
+        g = float(ctx.gang[jid])
+        for m, r in ctx.tput[jid].items():
             if r > 0:
-                pairs.append((i, model))
+                pairs.append((i, m))
                 rate.append(r)
-    a = _pair_rows(jobs, pairs, ctx.models, ctx.gang)
+                index.append(i)
+                model.append(order[m])
+                gang.append(g)
     b = np.concatenate([np.ones(len(jobs)), [float(ctx.capacity[m]) for m in ctx.models]])
-    return Pairs(jobs, pairs, np.asarray(rate, dtype=float), a, b)
-
-
-def _pair_rows(
-    jobs: Sequence[str],
-    pairs: Sequence[tuple[int, str]],
-    models: Sequence[str],
-    gang: Mapping[str, int],
-) -> csr_matrix:
-    """The rows of :func:`pairs_of`'s LP in CSR form, built directly: the matrix a COO
-    build would give, without its sort. ``pairs`` must come in job order (``pairs_of``
-    makes them so), so that each job's row holds a run of consecutive columns; a model's
-    row holds the columns on it, with the job's gang."""
-    n_jobs, n_cols = len(jobs), len(pairs)
-    of_model: dict[str, list[int]] = {m: [] for m in models}
-    per_job = [0] * n_jobs
-    for c, (i, model) in enumerate(pairs):
-        per_job[i] += 1
-        of_model[model].append(c)
-    counts = per_job + [len(of_model[m]) for m in models]
-    indptr = np.zeros(len(counts) + 1, dtype=np.int32)
-    np.cumsum(counts, out=indptr[1:])
-    model_cols = [c for m in models for c in of_model[m]]
-    indices = np.array(list(range(n_cols)) + model_cols, dtype=np.int32)
-    data = np.array([1.0] * n_cols + [float(gang[jobs[pairs[c][0]]]) for c in model_cols])
-    return csr_matrix((data, indices, indptr), shape=(n_jobs + len(models), n_cols))
+    return Pairs(jobs, pairs, np.asarray(rate, dtype=float), b,
+                 np.asarray(index, dtype=np.int32), np.asarray(model, dtype=np.int32),
+                 np.asarray(gang, dtype=float))  # fmt: skip
 
 
 @dataclass

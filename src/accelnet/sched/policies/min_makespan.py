@@ -17,7 +17,6 @@ from __future__ import annotations
 import statistics
 
 import numpy as np
-from scipy.sparse import csr_matrix, hstack
 
 from accelnet.sched.policies.lp import (
     CLASSES_ABOVE,
@@ -25,13 +24,10 @@ from accelnet.sched.policies.lp import (
     Pairs,
     allocation,
     class_pairs,
-    extra_columns,
     group,
-    job_rows,
     pairs_of,
-    solve,
+    solve_csc,
     split,
-    stack,
 )
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
@@ -79,21 +75,22 @@ class MinMakespan(RoundPolicy):
         return p, np.ones(len(p.jobs)), None
 
     @staticmethod
-    def _stage1(p: Pairs, left: dict[str, float], size: np.ndarray) -> np.ndarray | None:
-        jobs = len(p.jobs)
-        speed = job_rows(p, p.rate)
+    def _stage1(
+        p: Pairs, left: dict[str, float], size: np.ndarray, rows: _Rows | None = None
+    ) -> np.ndarray | None:
+        """Stage 1: the largest ``theta`` (the last column, ``1 / makespan``) with every
+        job's need met; None if HiGHS finds no optimum. ``rows``: ``p``'s, if made."""
         need = np.array([left[j] for j in p.jobs]) * size  # a class's summed need
-        scale = float(np.max(need / size)) if jobs else 1.0  # theta * scale is O(rate):
+        scale = float(np.max(need / size)) if p.jobs else 1.0  # theta * scale is O(rate):
         # HiGHS's tolerances are absolute, and 1 / makespan alone is tiny
-        a = stack(
-            extra_columns(p.a_shared, 1),
-            csr_matrix(hstack([-speed, csr_matrix((need / scale).reshape(-1, 1))])),
-        )
-        b = np.concatenate([p.b_shared, np.zeros(jobs)])
+        rows = rows or _Rows.of(p)
         c = np.zeros(p.n + 1)
         c[-1] = -1.0
-        col = size[[i for i, _ in p.pairs]]
-        v = solve(c, a, b, [(0.0, n) for n in col] + [(0.0, None)])
+        col = size[rows.index]
+        b = np.concatenate([p.b_shared, np.zeros(len(p.jobs))])
+        v = solve_csc(
+            c, rows.with_theta(need / scale), b, np.zeros(p.n + 1), np.append(col, np.inf)
+        )
         if v is not None:
             v[-1] /= scale
         return v
@@ -104,19 +101,59 @@ class MinMakespan(RoundPolicy):
         p, size, grouped = self._columns(ctx, left)
         if p.n == 0:
             return {}
-        speed = job_rows(p, p.rate)  # steps/s of each job (or class, summed)
-        need = np.array([left[j] for j in p.jobs]) * size
+        work = np.array([left[j] for j in p.jobs])
+        need = work * size
+        rows = _Rows.of(p)
         # maximise theta s.t. need_j * theta - speed_j <= 0
-        v = self._stage1(p, left, size)
+        v = self._stage1(p, left, size, rows)
         if v is None:
             return {}
         theta = v[-1] * (1 - 1e-6)
-        progress = p.rate / np.array([left[p.jobs[i]] for i, _ in p.pairs])
-        a2 = stack(p.a_shared, -speed)
+        progress = p.rate / work[rows.index]
         b2 = np.concatenate([p.b_shared, -need * theta])
-        col = size[[i for i, _ in p.pairs]]
-        v2 = solve(-progress, a2, b2, [(0.0, n) for n in col])
+        col = size[rows.index]
+        v2 = solve_csc(-progress, rows.csc(), b2, np.zeros(p.n), col.copy())
         best = v2 if v2 is not None else v
         if grouped is not None:  # equal shares: every member keeps the makespan's rate
             return split(grouped, p, best)
         return allocation(p, best)
+
+
+class _Rows:
+    """The rows of both stages' LPs as CSC arrays, built at once (``scipy.sparse`` blocks
+    cost more than the solve): per pair column, its job's time row (1), its model's
+    capacity row (the gang) and its job's speed row (``-rate``); stage 1 adds a column
+    for ``theta`` (the job's need in each speed row). The arrays are those ``tocsc()`` of
+    the stacked blocks gives (rows sorted within each column), so HiGHS gets the same
+    model."""
+
+    def __init__(self, p: Pairs, index: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+        self.p, self.index, self.rows, self.values = p, index, rows, values
+
+    @classmethod
+    def of(cls, p: Pairs) -> _Rows:
+        jobs, n = len(p.jobs), p.n
+        rows = np.empty((n, 3), dtype=np.int32)
+        rows[:, 0] = p.index
+        rows[:, 1] = jobs + p.model
+        rows[:, 2] = jobs + p.models + p.index
+        values = np.empty((n, 3))
+        values[:, 0], values[:, 1], values[:, 2] = 1.0, p.gang, -p.rate
+        return cls(p, p.index, rows, values)
+
+    def csc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stage 2's matrix: the shared rows and the speed rows."""
+        start = np.arange(0, 3 * self.p.n + 1, 3, dtype=np.int32)
+        return start, self.rows.ravel(), self.values.ravel()
+
+    def with_theta(self, need: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stage 1's matrix: stage 2's and ``theta``'s column, ``need`` in each speed row."""
+        n, jobs = self.p.n, len(self.p.jobs)
+        first = self.p.b_shared.size  # the first speed row
+        start = np.arange(0, 3 * n + 1, 3, dtype=np.int32)
+        speed_rows = np.arange(first, first + jobs, dtype=np.int32)
+        return (
+            np.append(start, 3 * n + jobs).astype(np.int32),
+            np.concatenate([self.rows.ravel(), speed_rows]),
+            np.concatenate([self.values.ravel(), need]),
+        )
