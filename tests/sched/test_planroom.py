@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accelnet.sched.planroom import PlanRoom
+from accelnet.sched.roundplan import make_plan
+from accelnet.sched.rounds import RoundContext
+from tests.sched.test_drf import greedy
+from tests.sched.test_policies import contexts
 
 
 def test_shares_go_best_fit_and_gangs_need_wholly_free_devices() -> None:
@@ -28,3 +37,39 @@ def test_running_shares_hold_the_devices_they_are_on() -> None:
     room.hold("T4", [(("t/gpu0",), 0.6), (("t/gpu0",), 0.4), (("t/gpu1",), 0.5)])
     assert room.whole["T4"] == 1 and room.parts["T4"] == [0.5]
     assert room.fits("T4", 1, 0.5) and room.fits("T4", 1, 1.0) and not room.fits("T4", 2, 1.0)
+
+
+def test_full_means_no_device_and_no_part_is_left() -> None:
+    room = PlanRoom({"T4": 1, "V100": 1})
+    room.take("V100", 1, 1.0)
+    assert not room.full()
+    room.take("T4", 1, 0.5)  # half of the T4 is still free
+    assert not room.full()
+    room.take("T4", 1, 0.5)
+    assert room.full()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts(), seed=st.integers(0, 1000))
+def test_a_plan_reads_no_unit_once_every_device_is_planned(ctx: RoundContext, seed: int) -> None:
+    """make_plan stops reading the policy's order once the fabric is planned full, and its
+    plan is the greedy plan of the whole order."""
+    units = [((j.id,), m) for j in ctx.jobs for m, r in ctx.tput[j.id].items() if r > 0]
+    random.Random(seed).shuffle(units)
+    read: list[tuple[tuple[str, ...], str]] = []
+
+    def order() -> Iterator[tuple[tuple[str, ...], str]]:
+        for unit in units:
+            read.append(unit)
+            yield unit
+
+    plan, _ = make_plan(ctx, order(), {}, {})
+    assert plan == greedy(ctx, [(u[0], m) for u, m in units])
+    room = dict(ctx.capacity)
+    for k, (unit, model) in enumerate(units):  # where the greedy plan filled the fabric
+        if plan.get(unit[0]) == model and room[model] >= ctx.gang[unit[0]]:
+            room[model] -= ctx.gang[unit[0]]
+            if not any(room.values()):
+                assert len(read) == k + 1  # nothing after it was read
+                return
+    assert len(read) == len(units)  # never full: the whole order was read

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from accelnet.fabric import DomainLevel
 from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler
+from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies import POLICY_NAMES, QUEUE_POLICIES, ROUND_POLICIES, make_scheduler
 from accelnet.sched.policies.hetero_fair import HeteroFair, equal_share
 from accelnet.sched.policies.hetero_jct import HeteroJct
@@ -357,3 +358,22 @@ def test_an_unknown_policy_name_lists_the_known_ones() -> None:
 def test_round_s_must_be_positive() -> None:
     with pytest.raises(ValueError, match="round_s must be > 0"):
         make_scheduler("las", round_s=0.0)
+
+
+def test_a_decisions_job_info_reads_each_jobs_progress_once() -> None:
+    """A round reads a job's remaining work from several places (the policy's LP, its
+    order, the stop checks); the progress behind it is read once per decision."""
+    reads: list[str] = []
+
+    def progress(job_id: str) -> float:
+        reads.append(job_id)
+        return 40.0
+
+    job = view("a", steps=100.0, running_on="h")
+    info = JobInfo(10.0, lambda spec, model, n: 2.0, progress)
+    assert info.remaining(job) == 60.0
+    assert info.remaining_s(job, "h") == 30.0  # 60 steps at 2 steps/s
+    assert info.remaining(job) == 60.0
+    assert reads == ["a"]
+    later = JobInfo(20.0, lambda spec, model, n: 2.0, progress)  # the next decision
+    assert later.remaining(job) == 60.0 and reads == ["a", "a"]

@@ -77,6 +77,7 @@ class JobInfo:
         self.rates: RateFn = rates or hint_rate
         self.progress = progress
         self._rates: dict[tuple[str, str, int], float] = {}
+        self._left: dict[str, float | None] = {}
 
     def rate(self, job: JobView, model: str, count: int | None = None) -> float:
         """Steps/s of ``job``'s gang (or of ``count`` devices) of ``model``."""
@@ -122,9 +123,14 @@ class JobInfo:
         return min(done, total) if total is not None else done
 
     def remaining(self, job: JobView) -> float | None:
-        """Steps left, or None if the job's work is not known."""
+        """Steps left, or None if the job's work is not known (memoised per job: a
+        decision sees each job as one view)."""
+        jid = job.id
+        if jid in self._left:
+            return self._left[jid]
         total = job.spec.workload.total_steps
-        return None if total is None else max(0.0, total - self.done(job))
+        left = self._left[jid] = None if total is None else max(0.0, total - self.done(job))
+        return left
 
     def remaining_s(self, job: JobView, model: str) -> float | None:
         """Seconds left alone on its gang of ``model`` (None if the work is not known):

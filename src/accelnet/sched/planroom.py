@@ -42,6 +42,11 @@ class PlanRoom:
             )
         return self.whole.get(model, 0) >= count
 
+    def full(self) -> bool:
+        """Whether nothing fits any more: no wholly free device and no free part left on
+        any model."""
+        return all(n <= 0 for n in self.whole.values()) and not any(self.parts.values())
+
     def take(self, model: str, count: int, share: float) -> None:
         """Plan ``count`` devices (``share`` of one) on ``model``: a share on the partly used
         device with the least room that fits, else on a whole one; whole devices from the

@@ -73,21 +73,28 @@ def make_plan(
                 room.take(model, ctx.gang[jid], share(jid))
             quotas.charge(jid, model, quota_part(jid, model))
 
-    def place(unit: tuple[str, ...], model: str, part: float) -> None:
+    def place(unit: tuple[str, ...], model: str, part: float) -> bool:
         count, part_of_one = ctx.gang[unit[0]], share(unit[0])
-        if room.fits(model, count, part_of_one) and quotas.allows(unit, model, part):
-            for jid in unit:
-                plan[jid] = model
-                quotas.charge(jid, model, part)
-            if len(unit) == 2:
-                mates[unit[0]], mates[unit[1]] = unit[1], unit[0]
-            room.take(model, count, part_of_one)
+        if not (room.fits(model, count, part_of_one) and quotas.allows(unit, model, part)):
+            return False
+        for jid in unit:
+            plan[jid] = model
+            quotas.charge(jid, model, part)
+        if len(unit) == 2:
+            mates[unit[0]], mates[unit[1]] = unit[1], unit[0]
+        room.take(model, count, part_of_one)
+        return True
 
-    tput = ctx.tput
+    # a newcomer may still join a kept half (it takes no room): then no early end
+    joinable, tput = bool(halves), ctx.tput
+    if not joinable and room.full():
+        return plan, mates  # the kept jobs fill every device: nothing else can be planned
     for unit, model in units:
         if len(unit) == 1:  # a job alone (most units): the checks below, shortened
-            if unit[0] not in plan and tput.get(unit[0], {}).get(model):
-                place(unit, model, quota_part(unit[0], model))
+            if (unit[0] not in plan and tput.get(unit[0], {}).get(model)
+                    and place(unit, model, quota_part(unit[0], model))
+                    and not joinable and room.full()):  # fmt: skip
+                break  # every device is planned: no later unit fits
             continue
         if any(not tput.get(j, {}).get(model) for j in unit):
             continue
@@ -99,8 +106,9 @@ def make_plan(
                 plan[joins[0]], mates[host], mates[joins[0]] = model, joins[0], host
                 quotas.charge(joins[0], model, PACKED_SHARE)
             continue
-        if len(joins) == len(unit):
-            place(unit, model, PACKED_SHARE)
+        if (len(joins) == len(unit) and place(unit, model, PACKED_SHARE)
+                and not joinable and room.full()):  # fmt: skip
+            break
     return plan, mates
 
 
