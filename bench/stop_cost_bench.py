@@ -28,6 +28,7 @@ Run from the project root::
 
     .venv/bin/python bench/stop_cost_bench.py [--sizes 300,600] [--seeds 1,2,3]
         [--load 0.7] [--policies hetero-fair,hetero-jct,las,finish-time-fair,min-makespan]
+        [--settings "default, floor; as Gavel"]   # some of the settings (';' between)
 
 It prints a table and writes ``bench/results/stop_cost.json``.
 """
@@ -141,9 +142,13 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    settings = [x.strip() for x in args.settings.split(";") if x.strip()]
+    unknown = [x for x in settings if x not in SETTINGS]
+    if unknown:
+        sys.exit(f"--settings: unknown {unknown}; known: {'; '.join(SETTINGS)}")
     gaps = {(n, s): gap_for(n, s, 3 * (n // 25), args.load) for n in sizes for s in seeds}
     cases = [(n, s, gaps[(n, s)], p, setting) for n in sizes for s in seeds for p in policies
-             for setting in SETTINGS]  # fmt: skip
+             for setting in settings]  # fmt: skip
     with mp.get_context("spawn").Pool(args.workers) as pool:
         lps = pool.map(lp_ratio, [(n, s, gaps[(n, s)]) for n in sizes for s in seeds])
     if args.bounds_only:
@@ -159,7 +164,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     summary: dict[str, dict[str, dict[str, float]]] = {}
     for n in sizes if cases else []:
         for p in policies:
-            for setting in SETTINGS:
+            for setting in settings:
                 mine = [
                     r for r in rows if (r["jobs"], r["policy"], r["setting"]) == (n, p, setting)
                 ]
@@ -176,6 +181,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "bench/stop_cost_bench.py " + shlex.join(sys.argv[1:]),
         "load": args.load,
+        "settings": settings,
         "gaps_s": {f"{n} jobs, seed {s}": g for (n, s), g in gaps.items()},
         "source": source_state(),
         "lp_bounds": lps,
@@ -189,13 +195,14 @@ def report(result: dict[str, Any], console: Console) -> None:
                     f"offered load {result['load']:g})")  # fmt: skip
     t.add_column("jobs")
     t.add_column("policy")
-    for setting in SETTINGS:
+    settings = result.get("settings", SETTINGS)
+    for setting in settings:
         t.add_column(f"{setting}: JCT ratio", justify="right")
         t.add_column("stops/job", justify="right")
     for size, policies in result["summary"].items():
         for policy, by in policies.items():
             cells = []
-            for setting in SETTINGS:
+            for setting in settings:
                 s = by[setting]
                 cells += [f"{s['ratio_median']:.3f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})",
                           f"{s['preemptions_per_job_median']:.2f}"]  # fmt: skip
@@ -216,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--load", type=float, default=0.7, help="offered load of the fabric")
     parser.add_argument("--policies", default="hetero-fair,hetero-jct,las,finish-time-fair,"
                         "min-makespan")  # fmt: skip
+    parser.add_argument("--settings", default="; ".join(SETTINGS),
+                        help="the settings to run, separated by ';'")  # fmt: skip
     parser.add_argument("--workers", type=int, default=2, help="simulations at a time")
     parser.add_argument("--bounds-only", action="store_true", help="only the LP bounds")
     parser.add_argument("--out", type=Path, default=RESULTS)

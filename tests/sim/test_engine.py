@@ -224,3 +224,38 @@ def test_every_rank_of_a_stopping_gang_saves_its_checkpoint() -> None:
 def test_without_the_spread_penalty_a_gang_over_hosts_runs_at_the_one_host_rate() -> None:
     out = run(fabric(2, 1), [job("b", 0, 200, gpus=2)], spread_penalty=False)
     assert times(out["b"]) == (0, 100)  # 2 steps/s, as on one host
+
+
+def test_policies_rate_a_gang_no_host_holds_as_spread() -> None:
+    """On a fabric, the policies' rates are what the gang can get there: spread over
+    hosts where no host has the devices (toy: 1.5 steps/s on two V100s of two hosts)."""
+    from accelnet.sim.policies import model_rates
+    from accelnet.sim.workload import SimJob
+
+    spec = SimJob("g", 0.0, "toy", 2, 100.0).spec()
+    plain = model_rates(RATES)
+    assert plain(spec, "V100", 2) == 2.0  # a gang in one host, the fabric not known
+    assert plain.on(fabric(2, 1))(spec, "V100", 2) == 1.5  # one V100 per host: spread
+    assert plain.on(fabric(1, 2))(spec, "V100", 2) == 2.0  # a host holds both
+    assert plain.on(fabric(2, 1))(SimJob("o", 0.0, "toy", 1, 1.0).spec(), "V100", 1) == 1.0
+
+
+@pytest.mark.parametrize(("setting", "rate"), [({}, 1.5), ({"spread_penalty": False}, 2.0),
+                                               ({"comm_model": True}, 2.0)])  # fmt: skip
+def test_a_simulation_rates_its_policys_gangs_as_it_runs_them(
+    setting: dict[str, Any], rate: float
+) -> None:
+    """A round policy in a simulation with the spread penalty rates a gang no host holds at
+    its spread rate (its LP and order then judge its speed and time left as it runs);
+    without the penalty, or with the communication model pricing spread gangs, at one
+    host's."""
+    from accelnet.sim.policies import make_scheduler
+
+    sched = make_scheduler("hetero-jct", RATES)
+    jobs = [job("g", 0, 30, gpus=2)]
+    sim = Simulation(fabric(2, 1), jobs, sched, RATES, **setting)
+    assert sched.rates is not None
+    assert sched.rates(jobs[0].spec(), "V100", 2) == rate
+    (out,) = sim.run().jobs
+    assert out.end == pytest.approx(30 / (1.5 if setting.get("spread_penalty", True) else 2.0),
+                                    abs=1.0)  # fmt: skip

@@ -40,7 +40,7 @@ from accelnet.sim.backend import SimBackend
 from accelnet.sim.bounds import MAX_JOBS, jct_lp, makespan_lp
 from accelnet.sim.columns import JobTable, SampleTable
 from accelnet.sim.commsim import CommSim
-from accelnet.sim.policies import model_rates
+from accelnet.sim.policies import ModelRates, model_rates
 from accelnet.sim.records import SimResult
 from accelnet.sim.store import SimStore
 from accelnet.sim.throughput import ThroughputModel
@@ -86,7 +86,11 @@ class Simulation:
         once its outcome is recorded (the store keeps no event log then); results are the
         same. ``total``: how many jobs a stream holds, if known (for progress). A round
         scheduler is told the stop costs this run charges (``restart_s``,
-        ``checkpoint_s``: :class:`~accelnet.sched.rounds.StopCost`)."""
+        ``checkpoint_s``: :class:`~accelnet.sched.rounds.StopCost`); a scheduler rating
+        jobs with the throughput model (:class:`~accelnet.sim.policies.ModelRates`) is told
+        this fabric, so that with ``spread_penalty`` a gang no host can hold is rated spread,
+        as it runs here (not with ``comm_model``, which prices a communicating gang's spread
+        itself: the policies keep one host's rates there)."""
         if round_s is not None and not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
         self.fabric = fabric
@@ -109,6 +113,9 @@ class Simulation:
         self.scheduler = scheduler
         if isinstance(scheduler, RoundScheduler):  # its stops cost what this run charges
             scheduler.stop_cost = StopCost(restart_s=restart_s, checkpoint_s=checkpoint_s)
+        if spread_penalty and not comm_model and isinstance(scheduler.rates, ModelRates):
+            # its gangs are rated as this run runs them: spread where no host holds them
+            scheduler.rates = scheduler.rates.on(fabric)
         self.rates = rates
         # a round-based policy gets a decision at every round boundary
         self.round_s = round_s if round_s is not None else getattr(scheduler, "round_s", None)

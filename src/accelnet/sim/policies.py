@@ -4,27 +4,53 @@ jobs' hints)."""
 
 from __future__ import annotations
 
+from accelnet.fabric import Fabric
 from accelnet.sched import JobSpec, Scheduler
 from accelnet.sched.colocate import Factors, PairRateFn
-from accelnet.sched.jobinfo import RateFn
 from accelnet.sched.placement import PlacementStrategy
 from accelnet.sched.policies import POLICY_NAMES
 from accelnet.sched.policies import make_scheduler as _make
 from accelnet.sim.throughput import ThroughputModel
 
-__all__ = ["POLICY_NAMES", "make_scheduler", "model_pairs", "model_rates"]
+__all__ = ["POLICY_NAMES", "ModelRates", "make_scheduler", "model_pairs", "model_rates"]
 
 
-def model_rates(model: ThroughputModel) -> RateFn:
-    """Policies' rates from the throughput model (a gang in one host)."""
+class ModelRates:
+    """Policies' rates from the throughput model: a gang in one host (as Gavel's policies
+    rate it), or, once :meth:`on` a fabric, the rate the gang can get there: spread over
+    hosts (Gavel's ``*_unconsolidated`` figures) on a device model none of whose hosts
+    holds that many devices. A policy that took every gang for one host's would misjudge
+    what a spread gang does and how long it has left on such a fabric."""
 
-    def rate(spec: JobSpec, device_model: str, count: int) -> float:
+    def __init__(self, model: ThroughputModel, most_on_a_host: dict[str, int] | None = None):
+        self.model = model
+        self.most_on_a_host = most_on_a_host  # None: every gang in one host
+
+    def __call__(self, spec: JobSpec, device_model: str, count: int) -> float:
+        most = self.most_on_a_host
+        consolidated = most is None or most.get(device_model, 0) >= count
         try:
-            return model.rate(spec.workload.type or "generic", device_model, count)
+            return self.model.rate(spec.workload.type or "generic", device_model, count,
+                                   consolidated)  # fmt: skip
         except ValueError:  # a model the throughput model cannot rate
             return 0.0
 
-    return rate
+    def on(self, fabric: Fabric) -> ModelRates:
+        """These rates on ``fabric``: a gang larger than every host's devices of a model
+        is rated spread there."""
+        per_host: dict[tuple[str, str], int] = {}
+        for d in fabric.devices.values():
+            per_host[d.host, d.model.name] = per_host.get((d.host, d.model.name), 0) + 1
+        most: dict[str, int] = {}
+        for (_, name), k in per_host.items():
+            most[name] = max(k, most.get(name, 0))
+        return ModelRates(self.model, most)
+
+
+def model_rates(model: ThroughputModel) -> ModelRates:
+    """Policies' rates from the throughput model (a gang in one host; see
+    :class:`ModelRates`)."""
+    return ModelRates(model)
 
 
 def model_pairs(model: ThroughputModel) -> PairRateFn:
