@@ -4,6 +4,7 @@ ones (hypothesis)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,16 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelnet.fabric import DomainLevel
-from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler
+from accelnet.sched import JobSpec, JobState, JobView, Placement, Scheduler, Snapshot
 from accelnet.sched.jobinfo import JobInfo
 from accelnet.sched.policies import POLICY_NAMES, QUEUE_POLICIES, ROUND_POLICIES, make_scheduler
 from accelnet.sched.policies.hetero_fair import HeteroFair, equal_share
 from accelnet.sched.policies.hetero_jct import HeteroJct
 from accelnet.sched.policies.min_makespan import MinMakespan
 from accelnet.sched.policies.ranked import Las, Sjf, Srtf
-from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler
+from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, RoundScheduler, StopCost
 
-from .conftest import round_context
+from .conftest import hosts_fabric, round_context
 
 Table = Mapping[str, Mapping[str, float]]  # job -> model -> steps/s on one device
 
@@ -377,3 +378,45 @@ def test_a_decisions_job_info_reads_each_jobs_progress_once() -> None:
     assert reads == ["a"]
     later = JobInfo(20.0, lambda spec, model, n: 2.0, progress)  # the next decision
     assert later.remaining(job) == 60.0 and reads == ["a", "a"]
+
+
+def test_hetero_jct_moves_a_running_job_only_where_the_gain_outlasts_a_stop() -> None:
+    """a runs on X; b, queued, is 5 % faster on X than on Y. Free stops: the LP moves a to
+    Y and gives X to b (2.05 against 2.0 in progress). A stop of 30 s in a 360 s round
+    costs a 8 % of its round: a stays and b takes Y."""
+    a = view("a", steps=1000.0, running_on="X", started=0.0)
+    b = view("b", steps=1000.0)
+    ctx = context([a, b], {"a": {"X": 1.0, "Y": 1.0}, "b": {"X": 1.05, "Y": 1.0}},
+                  {"X": 1, "Y": 1})  # fmt: skip
+    ctx.round_s = 360.0
+    free = HeteroJct().allocate(ctx)
+    assert free["a"].get("Y", 0.0) > 0.99 and free["b"].get("X", 0.0) > 0.99
+    paid = HeteroJct().allocate(replace(ctx, stop_s={"a": 30.0}))
+    assert paid["a"].get("X", 0.0) > 0.99 and paid["b"].get("Y", 0.0) > 0.99
+
+
+def test_a_round_context_knows_what_a_stop_costs_each_running_job() -> None:
+    """The contexts a round scheduler builds carry each running checkpointable job's stop
+    cost (what its policies weigh a move against); a queued job, or one a round can never
+    stop, has none."""
+    fab = hosts_fabric("stop", ("h0", "2xV100"))
+    spec = JobSpec.model_validate({"name": "r", "run": "x", "checkpointable": True,
+                                   "resources": {"accelerators": "V100:1"}})  # fmt: skip
+    stuck = spec.model_copy(update={"name": "s", "checkpointable": False})
+    placed = Placement(("h0/gpu0",), 1.0, "V100", DomainLevel.HOST)
+    jobs = (
+        JobView("r", spec, JobState.RUNNING, 0.0, started_at=0.0, placement=placed),
+        JobView("s", stuck, JobState.RUNNING, 0.0, started_at=0.0,
+                placement=replace(placed, devices=("h0/gpu1",))),
+        JobView("q", spec.model_copy(update={"name": "q"}), JobState.ADMITTED, 0.0),
+    )  # fmt: skip
+    seen: list[RoundContext] = []
+
+    class Spy(RoundPolicy):
+        def allocate(self, ctx: RoundContext) -> Allocation:
+            seen.append(ctx)
+            return {}
+
+    sched = RoundScheduler(Spy(), stop_cost=StopCost(restart_s=40.0, checkpoint_s=5.0))
+    sched.decide(Snapshot.all_ready(fab, jobs, 1.0, {}))
+    assert seen and seen[-1].stop_s == {"r": 45.0}

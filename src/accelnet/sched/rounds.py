@@ -79,7 +79,9 @@ class RoundContext:
     order; ``models``: the device models with schedulable devices; ``capacity``: such devices
     per model; ``gang``: each job's device count; ``tput``: each job's gang rate (steps/s) per
     model it may use (a model it may not use is absent); ``info``: service and progress;
-    ``round_s``: the round length.
+    ``round_s``: the round length; ``stop_s``: what a stop (a move to another model
+    included) costs each running job that a round may stop, in seconds of its run
+    (:class:`StopCost`).
     """
 
     jobs: list[JobView]
@@ -94,6 +96,7 @@ class RoundContext:
     tenants: Mapping[str, Tenant] = field(default_factory=dict)
     size: dict[str, float] = field(default_factory=dict)  # devices a job holds: count x share
     colocated: Callable[[str, str, str], Factors | None] | None = None  # (a, b, model)
+    stop_s: dict[str, float] = field(default_factory=dict)  # a running job's cost of a stop
 
     @classmethod
     def of(
@@ -597,6 +600,8 @@ class RoundScheduler(Scheduler):
             gang[job.id] = acc.count
             size[job.id] = acc.count * acc.share
             tput[job.id] = dict(self._job_rates(job, info, w, models, capacity, room))
+        stop_s = {j.id: self.stop_cost.of(j.spec) for j in jobs
+                  if j.state is JobState.RUNNING and j.spec.checkpointable}  # fmt: skip
         weights = {}
         if w.tenants:
             for job in jobs:
@@ -604,7 +609,7 @@ class RoundScheduler(Scheduler):
                 weights[job.id] = tenant.weight if tenant is not None else 1.0
         return RoundContext(
             jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window,
-            w.tenants, size, self._pair_rates(jobs, gang),
+            w.tenants, size, self._pair_rates(jobs, gang), stop_s,
         )  # fmt: skip
 
     def _job_rates(

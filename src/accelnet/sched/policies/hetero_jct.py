@@ -106,6 +106,8 @@ class HeteroJct(RoundPolicy):
         work = np.array([left[j] for j in p.jobs])
         progress = p.rate / work[p.index]
         progress /= p.gang**self.gang_weight
+        if grouped is None and ctx.stop_s:
+            self._stay(ctx, p, progress)
         if self.packs and grouped is None:
             packed = self._packed(ctx, p, left, progress)
             if packed is not None:
@@ -128,6 +130,24 @@ class HeteroJct(RoundPolicy):
         if grouped is not None:  # jobs alike one after the other, unless each is guarded
             return split(grouped, p, v, serial=not guarded)
         return allocation(p, v)
+
+    @staticmethod
+    def _stay(ctx: RoundContext, p: Pairs, progress: np.ndarray) -> None:
+        """A running job's pair on the model it runs on counts ``1 + stop cost / round``
+        times (in ``progress``): a move to another model costs it a stop, that much of
+        its next round's run, so it moves only where the gain outlasts that."""
+        models = {m: k for k, m in enumerate(ctx.models)}
+        pos = {jid: k for k, jid in enumerate(p.jobs)}
+        here = np.full(len(p.jobs), -1, dtype=np.int32)  # each job's model now (-1: none)
+        factor = np.ones(len(p.jobs))
+        for job in ctx.jobs:
+            cost, placed = ctx.stop_s.get(job.id), job.placement
+            k = pos.get(job.id)
+            if cost is None or placed is None or k is None or placed.model not in models:
+                continue
+            here[k], factor[k] = models[placed.model], 1.0 + cost / ctx.round_s
+        stay = here[p.index] == p.model
+        progress[stay] *= factor[p.index[stay]]
 
     def _packed(
         self, ctx: RoundContext, p: Pairs, left: dict[str, float], progress: np.ndarray
