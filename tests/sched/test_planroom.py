@@ -73,3 +73,27 @@ def test_a_plan_reads_no_unit_once_every_device_is_planned(ctx: RoundContext, se
                 assert len(read) == k + 1  # nothing after it was read
                 return
     assert len(read) == len(units)  # never full: the whole order was read
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts(), data=st.data())
+def test_the_early_end_of_a_plan_changes_no_plan(
+    ctx: RoundContext, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With kept jobs (which may overfill a model), jobs holding half of each device and
+    any order, the plan made with the early end equals the plan made reading every unit."""
+    units = [((j.id,), m) for j in ctx.jobs for m, r in ctx.tput[j.id].items() if r > 0]
+    units = data.draw(st.permutations(units), label="order")
+    keep = {}
+    for j in ctx.jobs:
+        models = sorted(ctx.tput[j.id])
+        if models and data.draw(st.booleans(), label=f"keep {j.id}"):
+            keep[j.id] = data.draw(st.sampled_from(models), label=f"model of {j.id}")
+    for j in ctx.jobs:
+        if data.draw(st.integers(0, 3), label=f"half {j.id}") == 0:
+            ctx.size[j.id] = ctx.gang[j.id] * 0.5
+    early = make_plan(ctx, list(units), dict(keep), {})
+    with monkeypatch.context() as m:
+        m.setattr(PlanRoom, "full", lambda self: False)
+        every = make_plan(ctx, list(units), dict(keep), {})
+    assert early == every

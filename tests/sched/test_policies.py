@@ -383,16 +383,30 @@ def test_a_decisions_job_info_reads_each_jobs_progress_once() -> None:
 def test_hetero_jct_moves_a_running_job_only_where_the_gain_outlasts_a_stop() -> None:
     """a runs on X; b, queued, is 5 % faster on X than on Y. Free stops: the LP moves a to
     Y and gives X to b (2.05 against 2.0 in progress). A stop of 30 s in a 360 s round
-    costs a 8 % of its round: a stays and b takes Y."""
+    costs a 8 % of its round: a stays and b takes Y. (The jobs list Y before X: the
+    context's models are in another order than their rates.)"""
     a = view("a", steps=1000.0, running_on="X", started=0.0)
     b = view("b", steps=1000.0)
-    ctx = context([a, b], {"a": {"X": 1.0, "Y": 1.0}, "b": {"X": 1.05, "Y": 1.0}},
+    ctx = context([a, b], {"a": {"Y": 1.0, "X": 1.0}, "b": {"Y": 1.0, "X": 1.05}},
                   {"X": 1, "Y": 1})  # fmt: skip
     ctx.round_s = 360.0
+    assert ctx.models == ["X", "Y"] and list(ctx.tput["a"]) == ["Y", "X"]
     free = HeteroJct().allocate(ctx)
     assert free["a"].get("Y", 0.0) > 0.99 and free["b"].get("X", 0.0) > 0.99
     paid = HeteroJct().allocate(replace(ctx, stop_s={"a": 30.0}))
     assert paid["a"].get("X", 0.0) > 0.99 and paid["b"].get("Y", 0.0) > 0.99
+
+
+def test_a_long_stop_grace_does_not_pin_a_job_to_its_model() -> None:
+    """The stop cost counts up to one round: a job whose stop would cost hours still moves
+    where the gain is over twice its stay (b is 3x faster on X)."""
+    a = view("a", steps=1000.0, running_on="X", started=0.0)
+    b = view("b", steps=1000.0)
+    ctx = context([a, b], {"a": {"X": 1.0, "Y": 1.0}, "b": {"X": 3.0, "Y": 1.0}},
+                  {"X": 1, "Y": 1})  # fmt: skip
+    ctx.round_s = 360.0
+    x = HeteroJct().allocate(replace(ctx, stop_s={"a": 36_000.0}))
+    assert x["a"].get("Y", 0.0) > 0.99 and x["b"].get("X", 0.0) > 0.99
 
 
 def test_a_round_context_knows_what_a_stop_costs_each_running_job() -> None:

@@ -240,22 +240,45 @@ def test_policies_rate_a_gang_no_host_holds_as_spread() -> None:
     assert plain.on(fabric(2, 1))(SimJob("o", 0.0, "toy", 1, 1.0).spec(), "V100", 1) == 1.0
 
 
-@pytest.mark.parametrize(("setting", "rate"), [({}, 1.5), ({"spread_penalty": False}, 2.0),
-                                               ({"comm_model": True}, 2.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("setting", "talks", "rate"),
+    [({}, False, 1.5), ({"spread_penalty": False}, False, 2.0),
+     ({"comm_model": True}, False, 1.5), ({"comm_model": True}, True, 2.0)],
+)  # fmt: skip
 def test_a_simulation_rates_its_policys_gangs_as_it_runs_them(
-    setting: dict[str, Any], rate: float
+    setting: dict[str, Any], talks: bool, rate: float
 ) -> None:
     """A round policy in a simulation with the spread penalty rates a gang no host holds at
     its spread rate (its LP and order then judge its speed and time left as it runs);
-    without the penalty, or with the communication model pricing spread gangs, at one
-    host's."""
+    without the penalty at one host's; with the communication model, a gang that
+    communicates at one host's (the model prices its spread), one that does not, spread."""
     from accelnet.sim.policies import make_scheduler
 
     sched = make_scheduler("hetero-jct", RATES)
-    jobs = [job("g", 0, 30, gpus=2)]
-    sim = Simulation(fabric(2, 1), jobs, sched, RATES, **setting)
+    jobs = [job("g", 0, 30, gpus=2, bytes_per_step=1e6 if talks else None)]
+    Simulation(fabric(2, 1), jobs, sched, RATES, **setting)
     assert sched.rates is not None
     assert sched.rates(jobs[0].spec(), "V100", 2) == rate
-    (out,) = sim.run().jobs
-    assert out.end == pytest.approx(30 / (1.5 if setting.get("spread_penalty", True) else 2.0),
-                                    abs=1.0)  # fmt: skip
+
+
+def test_a_scheduler_reused_gets_each_simulations_rates() -> None:
+    """A scheduler handed to a second simulation is rated for that one's fabric and
+    setting, not the first's."""
+    from accelnet.sim.policies import make_scheduler
+
+    sched = make_scheduler("hetero-jct", RATES)
+    spec = job("g", 0, 30, gpus=2).spec()
+    Simulation(fabric(2, 1), [job("g", 0, 30, gpus=2)], sched, RATES)
+    assert sched.rates is not None and sched.rates(spec, "V100", 2) == 1.5
+    Simulation(fabric(2, 1), [job("g", 0, 30, gpus=2)], sched, RATES, spread_penalty=False)
+    assert sched.rates(spec, "V100", 2) == 2.0
+    Simulation(fabric(1, 2), [job("g", 0, 30, gpus=2)], sched, RATES)
+    assert sched.rates(spec, "V100", 2) == 2.0
+
+
+def test_a_spread_gang_runs_as_its_policy_rates_it() -> None:
+    from accelnet.sim.policies import make_scheduler
+
+    sched = make_scheduler("hetero-jct", RATES)
+    (out,) = Simulation(fabric(2, 1), [job("g", 0, 30, gpus=2)], sched, RATES).run().jobs
+    assert out.end == pytest.approx(30 / 1.5, abs=1.0)  # 1.5 steps/s, as rated

@@ -40,7 +40,7 @@ from accelnet.sim.backend import SimBackend
 from accelnet.sim.bounds import MAX_JOBS, jct_lp, makespan_lp
 from accelnet.sim.columns import JobTable, SampleTable
 from accelnet.sim.commsim import CommSim
-from accelnet.sim.policies import ModelRates, model_rates
+from accelnet.sim.policies import ModelRates, model_rates, most_on_a_host
 from accelnet.sim.records import SimResult
 from accelnet.sim.store import SimStore
 from accelnet.sim.throughput import ThroughputModel
@@ -89,8 +89,8 @@ class Simulation:
         ``checkpoint_s``: :class:`~accelnet.sched.rounds.StopCost`); a scheduler rating
         jobs with the throughput model (:class:`~accelnet.sim.policies.ModelRates`) is told
         this fabric, so that with ``spread_penalty`` a gang no host can hold is rated spread,
-        as it runs here (not with ``comm_model``, which prices a communicating gang's spread
-        itself: the policies keep one host's rates there)."""
+        as it runs here (with ``comm_model``, a communicating gang keeps one host's rate:
+        the communication model prices its spread)."""
         if round_s is not None and not round_s > 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
         self.fabric = fabric
@@ -113,9 +113,9 @@ class Simulation:
         self.scheduler = scheduler
         if isinstance(scheduler, RoundScheduler):  # its stops cost what this run charges
             scheduler.stop_cost = StopCost(restart_s=restart_s, checkpoint_s=checkpoint_s)
-        if spread_penalty and not comm_model and isinstance(scheduler.rates, ModelRates):
-            # its gangs are rated as this run runs them: spread where no host holds them
-            scheduler.rates = scheduler.rates.on(fabric)
+        if isinstance(scheduler.rates, ModelRates):  # its gangs rated as this run runs them
+            plain = scheduler.rates.plain()
+            scheduler.rates = plain.on(fabric, comm_model) if spread_penalty else plain
         self.rates = rates
         # a round-based policy gets a decision at every round boundary
         self.round_s = round_s if round_s is not None else getattr(scheduler, "round_s", None)
@@ -378,16 +378,11 @@ class _BestRates:
     def __init__(self, fabric: Fabric, rates: ThroughputModel, spread_penalty: bool) -> None:
         self.rates = rates
         self.spread_penalty = spread_penalty
-        per_host: dict[tuple[str, str], int] = {}
         total: dict[str, int] = {}
         for d in fabric.devices.values():
-            key = (d.host, d.model.name)
-            per_host[key] = per_host.get(key, 0) + 1
             total[d.model.name] = total.get(d.model.name, 0) + 1
         self.total = total
-        self.most_on_a_host: dict[str, int] = {}
-        for (_, model), k in per_host.items():
-            self.most_on_a_host[model] = max(k, self.most_on_a_host.get(model, 0))
+        self.most_on_a_host = most_on_a_host(fabric)
         self._memo: dict[tuple[str, int], float] = {}
         self._zero: dict[tuple[str, int], frozenset[str]] = {}
 
