@@ -169,6 +169,17 @@ def test_hetero_jct_gives_the_fast_model_to_the_short_job() -> None:
     assert HeteroJct.tail().order(ctx, x)[:2] == [("long", "X"), ("short", "X")]
 
 
+def test_hetero_jct_allocates_jobs_with_billions_of_steps_left() -> None:
+    """Progress terms of a rate over billions of steps (1e-9) are under HiGHS's dual
+    tolerance: unscaled, the LP saw every cost as zero and allocated nothing (in a
+    simulation, two long jobs then swapped models at every round). a is 2x faster on Y, b
+    1.1x: a takes Y and b X (1/3e9 * 2 + 1/1e9 against 1/3e9 + 1.1/1e9)."""
+    table = {"a": {"X": 1.0, "Y": 2.0}, "b": {"X": 1.0, "Y": 1.1}}
+    ctx = context([view("a", steps=3e9), view("b", steps=1e9)], table, ONE_EACH)
+    x = HeteroJct().allocate(ctx)
+    assert x["a"] == pytest.approx({"Y": 1.0}) and x["b"] == pytest.approx({"X": 1.0})
+
+
 # ----- ranked policies --------------------------------------------------------------
 
 RANKED_TABLE = {

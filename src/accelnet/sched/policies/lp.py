@@ -184,10 +184,24 @@ def solve(
     the model and options ``linprog(method="highs")`` gives it (:mod:`.highs`), so the
     answer is linprog's without its input checks (~2 ms a call, 80 % of a small round's LP
     time); where scipy's HiGHS binding is not there, through linprog. ``ipm``: HiGHS's
-    interior-point method, as ``linprog(method="highs-ipm")``."""
+    interior-point method, as ``linprog(method="highs-ipm")``. The objective is scaled
+    first (:func:`unit_costs`)."""
+    c = unit_costs(c)
     if HIGHS_DIRECT:
         return solve_direct(c, a_ub, b_ub, bounds, ipm=ipm)
     return solve_linprog(c, a_ub, b_ub, bounds, ipm=ipm)
+
+
+def unit_costs(c: np.ndarray) -> np.ndarray:
+    """``c`` scaled so that its largest magnitude is 1 (the same optimum). HiGHS takes a
+    cost under its dual tolerance (1e-7) for zero, and hetero-jct's progress terms (a
+    rate over millions of steps left) are 1e-9 to 1e-6: unscaled, a long job's columns
+    were all "zero", the solver left it out and moved it and another job back and forth at
+    every round (issue 27)."""
+    top = float(np.max(np.abs(c))) if c.size else 0.0
+    if top in {0.0, 1.0} or not np.isfinite(top):
+        return c
+    return c / top
 
 
 def solve_csc(
@@ -199,7 +213,8 @@ def solve_csc(
 ) -> np.ndarray | None:
     """:func:`solve` with the matrix as CSC arrays ``(indptr, indices, data)``, rows sorted
     within each column, and the bounds as arrays (``inf``: none): no ``scipy.sparse``
-    object is built on the direct path."""
+    object is built on the direct path. The objective is scaled first (:func:`unit_costs`)."""
+    c = unit_costs(c)
     if HIGHS_DIRECT:
         return highs_csc(c, csc, rhs, lb, ub)
     a = csc_matrix((csc[2], csc[1], csc[0]), shape=(rhs.size, c.size))
