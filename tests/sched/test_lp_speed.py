@@ -125,12 +125,15 @@ def test_hetero_fair_csc_rows_are_linprogs_rows(
     assert direct == slow
 
 
-def _stacked_rows(p: lp.Pairs, need: np.ndarray) -> tuple[csr_matrix, csr_matrix]:
-    """min-makespan's two matrices built as they were before its CSC arrays: scipy.sparse
-    blocks (the shared rows, the speed rows, theta's column) stacked."""
+def _stacked_rows(
+    p: lp.Pairs, need: np.ndarray, per_pair: np.ndarray | None = None
+) -> tuple[csr_matrix, csr_matrix]:
+    """min-makespan's (and finish-time-fair's, ``per_pair`` its rate in equal shares) two
+    matrices built as they were before their CSC arrays: scipy.sparse blocks (the shared
+    rows, the speed rows, the level's column) stacked."""
     from scipy.sparse import hstack
 
-    speed = lp.job_rows(p, p.rate)
+    speed = lp.job_rows(p, p.rate if per_pair is None else per_pair)
     theta = csr_matrix(need.reshape(-1, 1))
     one = lp.stack(lp.extra_columns(p.a_shared, 1), csr_matrix(hstack([-speed, theta])))
     return one, lp.stack(p.a_shared, -speed)
@@ -143,22 +146,27 @@ def _same_csc(arrays: tuple[np.ndarray, np.ndarray, np.ndarray], a: csr_matrix) 
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ctx=contexts(), classes=st.booleans())
-def test_min_makespan_csc_rows_are_the_stacked_blocks(ctx: RoundContext, classes: bool) -> None:
-    """The arrays min-makespan hands HiGHS are those the stacked blocks gave (so the same
-    model, the same answer), one job per row or one class per row."""
-    from accelnet.sched.policies.min_makespan import _Rows, remaining_steps
+@given(ctx=contexts(), classes=st.booleans(), fair=st.booleans())
+def test_csc_speed_rows_are_the_stacked_blocks(ctx: RoundContext, classes: bool,
+                                               fair: bool) -> None:  # fmt: skip
+    """The arrays min-makespan and finish-time-fair (``fair``: each pair's rate in equal
+    shares) hand HiGHS are those the stacked blocks gave (so the same model, the same
+    answer), one job per row or one class per row."""
+    from accelnet.sched.policies.finish_time_fair import ratios_of
+    from accelnet.sched.policies.lp import SpeedRows
+    from accelnet.sched.policies.min_makespan import remaining_steps
 
     left = remaining_steps(ctx)
-    if classes:
+    if classes and not fair:
         p, _ = lp.class_pairs(lp.group(ctx, left))
     else:
         p = lp.pairs_of(ctx)
     if p.n == 0:
         return
     need = np.array([left[j] for j in p.jobs]) * 0.5
-    rows = _Rows.of(p)
-    one, two = _stacked_rows(p, need)
+    per_pair = p.rate / ratios_of(ctx).fair[p.index] if fair else None
+    rows = SpeedRows.of(p, per_pair)
+    one, two = _stacked_rows(p, need, per_pair)
     assert _same_csc(rows.with_theta(need), one)
     assert _same_csc(rows.csc(), two)
 
@@ -204,3 +212,17 @@ def test_shared_rows_are_the_coo_builds(ctx: RoundContext) -> None:
         assert np.array_equal(got.indices, want.indices)
         assert np.array_equal(got.data, want.data)
     assert _same_csc(p.shared_csc(), coo)
+
+
+def test_unit_costs_bring_a_costs_range_about_one_and_keep_its_optimum() -> None:
+    """The costs are divided by the geometric mean of their smallest and largest non-zero
+    magnitudes (a positive factor: the same optimum, the same signs); a cost vector with
+    no non-zero or a non-finite cost is handed back as it is."""
+    c = np.array([-4e-9, 0.0, -1e-6, 2e-8])
+    scaled = lp.unit_costs(c)
+    top, low = np.abs(scaled).max(), np.abs(scaled[scaled != 0]).min()
+    assert top * low == pytest.approx(1.0) and top == pytest.approx(np.sqrt(1e-6 / 4e-9))
+    assert np.array_equal(np.sign(scaled), np.sign(c))
+    assert np.allclose(scaled * np.sqrt(4e-9 * 1e-6), c, rtol=1e-12, atol=0.0)
+    for same in (np.zeros(3), np.array([0.0, -1.0]), np.array([1.0, np.inf])):
+        assert lp.unit_costs(same) is same

@@ -180,6 +180,18 @@ def test_hetero_jct_allocates_jobs_with_billions_of_steps_left() -> None:
     assert x["a"] == pytest.approx({"Y": 1.0}) and x["b"] == pytest.approx({"X": 1.0})
 
 
+@pytest.mark.parametrize("left", [1.0, 1e-3, 1e-9])
+def test_hetero_jct_allocates_long_jobs_beside_a_nearly_finished_one(left: float) -> None:
+    """A job about to end has a huge progress term (a rate over what it has left): scaled
+    so that term is 1, the long jobs' terms fell under HiGHS's tolerance and they got
+    nothing although devices were free. Every job here gets a device."""
+    table = {"z": {"X": 20.0, "Y": 20.0}, "a": {"X": 1.0, "Y": 2.0}, "b": {"X": 1.0, "Y": 1.1}}
+    jobs = [view("z", steps=left), view("a", steps=3e6), view("b", steps=1e6)]
+    x = HeteroJct().allocate(context(jobs, table, {"X": 2, "Y": 1}))
+    assert x["a"] == pytest.approx({"Y": 1.0}) and x["b"] == pytest.approx({"X": 1.0})
+    assert x["z"] == pytest.approx({"X": 1.0})
+
+
 # ----- ranked policies --------------------------------------------------------------
 
 RANKED_TABLE = {

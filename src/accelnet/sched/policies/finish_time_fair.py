@@ -46,37 +46,38 @@ are not used: the ratio is already relative to each job's own fair share.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix, hstack
+from scipy.sparse import csr_matrix
 
 from accelnet.sched.policies.hetero_fair import equal_share
 from accelnet.sched.policies.lp import (
     Pairs,
+    SpeedRows,
     allocation,
-    extra_columns,
     job_rows,
     pairs_of,
-    stack,
+    solve_csc,
 )
-from accelnet.sched.policies.lp import solve as lp_solve
 from accelnet.sched.policies.min_makespan import remaining_steps
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
 
 def solve(
     c: np.ndarray,
-    a_ub: csr_matrix,
-    b_ub: np.ndarray,
-    bounds: Sequence[tuple[float | None, float | None]],
+    csc: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rhs: np.ndarray,
+    ub: np.ndarray,
 ) -> np.ndarray | None:
-    """:func:`~accelnet.sched.policies.lp.solve` with HiGHS's interior-point method (and
-    its crossover to a vertex): on these LPs (a dense block of job rows tied by a few
-    capacity rows) it is about 4x faster than the simplex HiGHS picks by default (5,000
-    jobs on 3 models: 1.1 s -> 0.25 s per LP). None if it finds no optimum."""
-    return lp_solve(c, a_ub, b_ub, bounds, ipm=True)
+    """:func:`~accelnet.sched.policies.lp.solve_csc` (lower bounds 0) with HiGHS's
+    interior-point method (and its crossover to a vertex): on these LPs (a dense block of
+    job rows tied by a few capacity rows) it is about 4x faster than the simplex HiGHS
+    picks by default (5,000 jobs on 3 models: 1.1 s -> 0.25 s per LP). None if it finds no
+    optimum. The matrices are CSC arrays built once per allocation (:class:`~.lp.SpeedRows`):
+    stacking ``scipy.sparse`` blocks for each of the bisection's LPs cost a quarter of its
+    time."""
+    return solve_csc(c, csc, rhs, np.zeros(c.size), ub, ipm=True)
 
 
 @dataclass
@@ -157,39 +158,40 @@ class FinishTimeFair(RoundPolicy):
         # each job's row of T_j / G_j: its throughput in equal shares (well scaled)
         per_fair = p.rate / terms.fair[[i for i, _ in p.pairs]]
         scaled = job_rows(p, per_fair)
-        level, x_best = self._bisect(terms, scaled)
+        rows = SpeedRows.of(p, per_fair)
+        level, x_best = self._bisect(terms, scaled, rows)
         # stage 2: the most throughput (in equal shares) with every job at the level
         need = terms.need(level * (1 + 1e-6)) / terms.fair
-        a = stack(p.a_shared, -scaled)
         b = np.concatenate([p.b_shared, -need])
-        v = solve(-per_fair, a, b, [(0.0, 1.0)] * p.n)
+        v = solve(-per_fair, rows.csc(), b, np.ones(p.n))
         if v is not None:
             return allocation(p, v)
         return allocation(p, x_best) if x_best is not None else {}
 
-    def _bisect(self, terms: Ratios, scaled: csr_matrix) -> tuple[float, np.ndarray | None]:
+    def _bisect(
+        self, terms: Ratios, scaled: csr_matrix, rows: SpeedRows
+    ) -> tuple[float, np.ndarray | None]:
         """The lowest level found feasible and the allocation with the lowest actual max
-        ratio (None if no LP solved)."""
+        ratio (None if no LP solved). ``scaled``: each job's row of ``T_j / G_j``;
+        ``rows``: the LPs' rows with it (as ``-scaled``)."""
         p = terms.pairs
         floor = float(np.max(terms.elapsed / terms.iso))
         lo = float(np.max(terms.of_speed(terms.best)))
         hi = float(np.max(terms.of_speed(terms.fair)))  # the equal share's own level
         x_best: np.ndarray | None = None
         best_level = np.inf
-        shared = extra_columns(p.a_shared, 1)
         jobs = len(p.jobs)
         c = np.zeros(p.n + 1)
         c[-1] = -1.0
-        bounds: list[tuple[float | None, float | None]] = [(0.0, 1.0)] * p.n + [(0.0, None)]
+        ub = np.append(np.ones(p.n), np.inf)
+        b = np.concatenate([p.b_shared, np.zeros(jobs)])
         self.iterations = 0
         while hi - lo > self.rel_gap * hi and self.iterations < self.max_iter:
             self.iterations += 1
             level = 0.5 * (lo + hi)
             need = terms.need(level) / terms.fair
             # maximise lambda s.t. lambda * need_j / G_j - T_j / G_j <= 0
-            rows = csr_matrix(hstack([-scaled, csr_matrix(need.reshape(-1, 1))]))
-            v = solve(c, stack(shared, rows), np.concatenate([p.b_shared, np.zeros(jobs)]),
-                      bounds)  # fmt: skip
+            v = solve(c, rows.with_theta(need), b, ub)
             if v is None:
                 break
             lam, x = float(v[-1]), v[: p.n]

@@ -104,7 +104,9 @@ class HeteroJct(RoundPolicy):
         if p.n == 0:
             return {}
         work = np.array([left[j] for j in p.jobs])
-        progress = p.rate / work[p.index]
+        # a job with under a step left is as good as done: no more urgent than one step
+        # (else its term, a rate over 1e-9, would dwarf the others' by 1e10 and more)
+        progress = p.rate / np.maximum(work, 1.0)[p.index]
         progress /= p.gang**self.gang_weight
         if grouped is None and ctx.stop_s:  # (over classes, above CLASSES_ABOVE: not)
             self._stay(ctx, p, progress)

@@ -10,6 +10,7 @@ solve over classes of jobs alike instead (:func:`group`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -75,6 +76,50 @@ class Pairs:
         values = np.empty((n, 2))
         values[:, 0], values[:, 1] = 1.0, self.gang
         return np.arange(0, 2 * n + 1, 2, dtype=np.int32), rows.ravel(), values.ravel()
+
+
+class SpeedRows:
+    """The shared rows and a speed row per job as CSC arrays, built at once
+    (``scipy.sparse`` blocks cost more than a small LP's solve): per pair column, its job's
+    time row (1), its model's capacity row (the gang) and its job's speed row (``-speed``
+    of the pair: its rate, or another per-pair measure such as finish-time-fair's rate
+    in equal shares); :meth:`with_theta` adds a last column (a level: min-makespan's
+    ``theta``, finish-time-fair's ``lambda``) with each job's need in its speed row. The
+    arrays are those ``tocsc()`` of the stacked blocks gives (rows sorted within each
+    column), so HiGHS gets the same model."""
+
+    def __init__(self, p: Pairs, index: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+        self.p, self.index, self.rows, self.values = p, index, rows, values
+
+    @classmethod
+    def of(cls, p: Pairs, speed: np.ndarray | None = None) -> SpeedRows:
+        """``p``'s rows, each pair's speed ``speed`` (its rate when None)."""
+        jobs, n = len(p.jobs), p.n
+        rows = np.empty((n, 3), dtype=np.int32)
+        rows[:, 0] = p.index
+        rows[:, 1] = jobs + p.model
+        rows[:, 2] = jobs + p.models + p.index
+        values = np.empty((n, 3))
+        values[:, 0], values[:, 1] = 1.0, p.gang
+        values[:, 2] = -(p.rate if speed is None else speed)
+        return cls(p, p.index, rows, values)
+
+    def csc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The matrix without the level: the shared rows and the speed rows."""
+        start = np.arange(0, 3 * self.p.n + 1, 3, dtype=np.int32)
+        return start, self.rows.ravel(), self.values.ravel()
+
+    def with_theta(self, need: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`csc` and the level's column, ``need`` in each speed row."""
+        n, jobs = self.p.n, len(self.p.jobs)
+        first = self.p.b_shared.size  # the first speed row
+        start = np.arange(0, 3 * n + 1, 3, dtype=np.int32)
+        speed_rows = np.arange(first, first + jobs, dtype=np.int32)
+        return (
+            np.append(start, 3 * n + jobs).astype(np.int32),
+            np.concatenate([self.rows.ravel(), speed_rows]),
+            np.concatenate([self.values.ravel(), need]),
+        )
 
 
 def pairs_of(ctx: RoundContext) -> Pairs:
@@ -193,15 +238,21 @@ def solve(
 
 
 def unit_costs(c: np.ndarray) -> np.ndarray:
-    """``c`` scaled so that its largest magnitude is 1 (the same optimum). HiGHS takes a
-    cost under its dual tolerance (1e-7) for zero, and hetero-jct's progress terms (a
-    rate over millions of steps left) are 1e-9 to 1e-6: unscaled, a long job's columns
-    were all "zero", the solver left it out and moved it and another job back and forth at
-    every round (issue 27)."""
-    top = float(np.max(np.abs(c))) if c.size else 0.0
-    if top in {0.0, 1.0} or not np.isfinite(top):
+    """``c`` divided by the geometric mean of its smallest and largest non-zero magnitudes
+    (the same optimum), so its costs span ``[1/sqrt(R), sqrt(R)]`` for a range ``R``.
+    HiGHS takes a cost under its dual tolerance (1e-7) for zero: hetero-jct's progress
+    terms (a rate over millions of steps left) are 1e-9 to 1e-6, and unscaled, a long job's
+    columns were all "zero", the solver left it out and moved it and another job back and
+    forth at every round (issue 27). Scaling the largest to 1 instead would lose the long
+    jobs beside a nearly finished one (a cost of 1e4). ``c`` itself when it has no
+    non-zero cost, a non-finite one, or is scaled already."""
+    mags = np.abs(c[c != 0])
+    if mags.size == 0 or not np.all(np.isfinite(mags)):
         return c
-    return c / top
+    scale = math.sqrt(float(mags.min()) * float(mags.max()))
+    if scale in {0.0, 1.0}:
+        return c
+    return np.asarray(c, dtype=float) / scale
 
 
 def solve_csc(
@@ -210,17 +261,19 @@ def solve_csc(
     rhs: np.ndarray,
     lb: np.ndarray,
     ub: np.ndarray,
+    ipm: bool = False,
 ) -> np.ndarray | None:
     """:func:`solve` with the matrix as CSC arrays ``(indptr, indices, data)``, rows sorted
     within each column, and the bounds as arrays (``inf``: none): no ``scipy.sparse``
-    object is built on the direct path. The objective is scaled first (:func:`unit_costs`)."""
+    object is built on the direct path. The objective is scaled first (:func:`unit_costs`);
+    ``ipm``: HiGHS's interior-point method."""
     c = unit_costs(c)
     if HIGHS_DIRECT:
-        return highs_csc(c, csc, rhs, lb, ub)
+        return highs_csc(c, csc, rhs, lb, ub, ipm=ipm)
     a = csc_matrix((csc[2], csc[1], csc[0]), shape=(rhs.size, c.size))
     bounds = [(None if np.isinf(lo) else float(lo), None if np.isinf(hi) else float(hi))
               for lo, hi in zip(lb, ub, strict=True)]  # fmt: skip
-    return solve_linprog(c, csr_matrix(a), rhs, bounds)
+    return solve_linprog(c, csr_matrix(a), rhs, bounds, ipm=ipm)
 
 
 def solve_linprog(

@@ -22,6 +22,7 @@ from accelnet.sched.policies.lp import (
     CLASSES_ABOVE,
     Grouped,
     Pairs,
+    SpeedRows,
     allocation,
     class_pairs,
     group,
@@ -76,14 +77,14 @@ class MinMakespan(RoundPolicy):
 
     @staticmethod
     def _stage1(
-        p: Pairs, left: dict[str, float], size: np.ndarray, rows: _Rows | None = None
+        p: Pairs, left: dict[str, float], size: np.ndarray, rows: SpeedRows | None = None
     ) -> np.ndarray | None:
         """Stage 1: the largest ``theta`` (the last column, ``1 / makespan``) with every
         job's need met; None if HiGHS finds no optimum. ``rows``: ``p``'s, if made."""
         need = np.array([left[j] for j in p.jobs]) * size  # a class's summed need
         scale = float(np.max(need / size)) if p.jobs else 1.0  # theta * scale is O(rate):
         # HiGHS's tolerances are absolute, and 1 / makespan alone is tiny
-        rows = rows or _Rows.of(p)
+        rows = rows or SpeedRows.of(p)
         c = np.zeros(p.n + 1)
         c[-1] = -1.0
         col = size[rows.index]
@@ -103,7 +104,7 @@ class MinMakespan(RoundPolicy):
             return {}
         work = np.array([left[j] for j in p.jobs])
         need = work * size
-        rows = _Rows.of(p)
+        rows = SpeedRows.of(p)
         # maximise theta s.t. need_j * theta - speed_j <= 0
         v = self._stage1(p, left, size, rows)
         if v is None:
@@ -117,43 +118,3 @@ class MinMakespan(RoundPolicy):
         if grouped is not None:  # equal shares: every member keeps the makespan's rate
             return split(grouped, p, best)
         return allocation(p, best)
-
-
-class _Rows:
-    """The rows of both stages' LPs as CSC arrays, built at once (``scipy.sparse`` blocks
-    cost more than the solve): per pair column, its job's time row (1), its model's
-    capacity row (the gang) and its job's speed row (``-rate``); stage 1 adds a column
-    for ``theta`` (the job's need in each speed row). The arrays are those ``tocsc()`` of
-    the stacked blocks gives (rows sorted within each column), so HiGHS gets the same
-    model."""
-
-    def __init__(self, p: Pairs, index: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
-        self.p, self.index, self.rows, self.values = p, index, rows, values
-
-    @classmethod
-    def of(cls, p: Pairs) -> _Rows:
-        jobs, n = len(p.jobs), p.n
-        rows = np.empty((n, 3), dtype=np.int32)
-        rows[:, 0] = p.index
-        rows[:, 1] = jobs + p.model
-        rows[:, 2] = jobs + p.models + p.index
-        values = np.empty((n, 3))
-        values[:, 0], values[:, 1], values[:, 2] = 1.0, p.gang, -p.rate
-        return cls(p, p.index, rows, values)
-
-    def csc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Stage 2's matrix: the shared rows and the speed rows."""
-        start = np.arange(0, 3 * self.p.n + 1, 3, dtype=np.int32)
-        return start, self.rows.ravel(), self.values.ravel()
-
-    def with_theta(self, need: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Stage 1's matrix: stage 2's and ``theta``'s column, ``need`` in each speed row."""
-        n, jobs = self.p.n, len(self.p.jobs)
-        first = self.p.b_shared.size  # the first speed row
-        start = np.arange(0, 3 * n + 1, 3, dtype=np.int32)
-        speed_rows = np.arange(first, first + jobs, dtype=np.int32)
-        return (
-            np.append(start, 3 * n + jobs).astype(np.int32),
-            np.concatenate([self.rows.ravel(), speed_rows]),
-            np.concatenate([self.values.ravel(), need]),
-        )
