@@ -146,25 +146,24 @@ def _same_csc(arrays: tuple[np.ndarray, np.ndarray, np.ndarray], a: csr_matrix) 
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ctx=contexts(), classes=st.booleans(), fair=st.booleans())
-def test_csc_speed_rows_are_the_stacked_blocks(ctx: RoundContext, classes: bool,
-                                               fair: bool) -> None:  # fmt: skip
-    """The arrays min-makespan and finish-time-fair (``fair``: each pair's rate in equal
+@given(ctx=contexts(), kind=st.sampled_from(["jobs", "classes", "fair"]))
+def test_csc_speed_rows_are_the_stacked_blocks(ctx: RoundContext, kind: str) -> None:
+    """The arrays min-makespan and finish-time-fair (``"fair"``: each pair's rate in equal
     shares) hand HiGHS are those the stacked blocks gave (so the same model, the same
-    answer), one job per row or one class per row."""
+    answer), one job per row (``"jobs"``) or one class per row (``"classes"``)."""
     from accelnet.sched.policies.finish_time_fair import ratios_of
     from accelnet.sched.policies.lp import SpeedRows
     from accelnet.sched.policies.min_makespan import remaining_steps
 
     left = remaining_steps(ctx)
-    if classes and not fair:
+    if kind == "classes":
         p, _ = lp.class_pairs(lp.group(ctx, left))
     else:
         p = lp.pairs_of(ctx)
     if p.n == 0:
         return
     need = np.array([left[j] for j in p.jobs]) * 0.5
-    per_pair = p.rate / ratios_of(ctx).fair[p.index] if fair else None
+    per_pair = p.rate / ratios_of(ctx).fair[p.index] if kind == "fair" else None
     rows = SpeedRows.of(p, per_pair)
     one, two = _stacked_rows(p, need, per_pair)
     assert _same_csc(rows.with_theta(need), one)
