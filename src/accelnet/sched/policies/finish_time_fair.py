@@ -156,7 +156,7 @@ class FinishTimeFair(RoundPolicy):
         if p.n == 0:
             return {}
         # each job's row of T_j / G_j: its throughput in equal shares (well scaled)
-        per_fair = p.rate / terms.fair[[i for i, _ in p.pairs]]
+        per_fair = p.rate / terms.fair[p.index]
         scaled = job_rows(p, per_fair)
         rows = SpeedRows.of(p, per_fair)
         level, x_best = self._bisect(terms, scaled, rows)

@@ -88,8 +88,8 @@ class SpeedRows:
     arrays are those ``tocsc()`` of the stacked blocks gives (rows sorted within each
     column), so HiGHS gets the same model."""
 
-    def __init__(self, p: Pairs, index: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
-        self.p, self.index, self.rows, self.values = p, index, rows, values
+    def __init__(self, p: Pairs, rows: np.ndarray, values: np.ndarray) -> None:
+        self.p, self.rows, self.values = p, rows, values
 
     @classmethod
     def of(cls, p: Pairs, speed: np.ndarray | None = None) -> SpeedRows:
@@ -102,24 +102,29 @@ class SpeedRows:
         values = np.empty((n, 3))
         values[:, 0], values[:, 1] = 1.0, p.gang
         values[:, 2] = -(p.rate if speed is None else speed)
-        return cls(p, p.index, rows, values)
+        return cls(p, rows, values)
 
     def csc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The matrix without the level: the shared rows and the speed rows."""
         start = np.arange(0, 3 * self.p.n + 1, 3, dtype=np.int32)
         return start, self.rows.ravel(), self.values.ravel()
 
-    def with_theta(self, need: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`csc` and the level's column, ``need`` in each speed row."""
-        n, jobs = self.p.n, len(self.p.jobs)
+    @cached_property
+    def _theta_structure(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`with_theta`'s column starts and row indices (the same for every need)."""
+        start, rows, _ = self.csc()
+        jobs = len(self.p.jobs)
         first = self.p.b_shared.size  # the first speed row
-        start = np.arange(0, 3 * n + 1, 3, dtype=np.int32)
         speed_rows = np.arange(first, first + jobs, dtype=np.int32)
-        return (
-            np.append(start, 3 * n + jobs).astype(np.int32),
-            np.concatenate([self.rows.ravel(), speed_rows]),
-            np.concatenate([self.values.ravel(), need]),
+        return np.append(start, 3 * self.p.n + jobs).astype(np.int32), np.concatenate(
+            [rows, speed_rows]
         )
+
+    def with_theta(self, need: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`csc` and the level's column, ``need`` in each speed row (a bisection
+        calls it once per LP: only the values are new each time)."""
+        start, rows = self._theta_structure
+        return start, rows, np.concatenate([self.values.ravel(), need])
 
 
 def pairs_of(ctx: RoundContext) -> Pairs:

@@ -87,7 +87,7 @@ class MinMakespan(RoundPolicy):
         rows = rows or SpeedRows.of(p)
         c = np.zeros(p.n + 1)
         c[-1] = -1.0
-        col = size[rows.index]
+        col = size[p.index]
         b = np.concatenate([p.b_shared, np.zeros(len(p.jobs))])
         v = solve_csc(
             c, rows.with_theta(need / scale), b, np.zeros(p.n + 1), np.append(col, np.inf)
@@ -110,9 +110,9 @@ class MinMakespan(RoundPolicy):
         if v is None:
             return {}
         theta = v[-1] * (1 - 1e-6)
-        progress = p.rate / work[rows.index]
+        progress = p.rate / work[p.index]
         b2 = np.concatenate([p.b_shared, -need * theta])
-        col = size[rows.index]
+        col = size[p.index]
         v2 = solve_csc(-progress, rows.csc(), b2, np.zeros(p.n), col.copy())
         best = v2 if v2 is not None else v
         if grouped is not None:  # equal shares: every member keeps the makespan's rate
