@@ -150,3 +150,52 @@ class _Quotas:
         need = self.ctx.holds(jid) * part
         for key in (model, "*"):
             used[key] = used.get(key, 0) + need
+
+
+def standing_plan(
+    ctx: RoundContext, units: Iterable[tuple[tuple[str, ...], str]] | None
+) -> dict[str, str] | None:
+    """The plan :func:`make_plan` makes when every job of ``ctx`` runs (none queued or
+    being stopped, none packed) and each keeps the model it runs on, found without making
+    it: each job -> its model. ``units``: the policy's order when a round begins (None
+    between rounds, when every running job is kept and the order is not read).
+
+    A round's plan keeps them all, whichever jobs it must keep, when each job's first unit
+    in the order is its own model: greedy in that order, each job then finds the room its
+    model's running gangs leave it, provided they fit the model's schedulable devices
+    together (whole devices, every gang of at least one). None where that is not sure
+    (a fractional share, a tenant's quota or an unknown tenant, more running than the room,
+    a job whose first unit is another model): then the plan is made."""
+    plan: dict[str, str] = {}
+    load: dict[str, int] = {}
+    for job in ctx.jobs:
+        p, jid = job.placement, job.id
+        if p is None or job.state not in (JobState.STARTING, JobState.RUNNING) or p.share < 1:
+            return None
+        gang = ctx.gang[jid]
+        if gang < 1 or ctx.holds(jid) != gang or not ctx.tput.get(jid, {}).get(p.model):
+            return None
+        plan[jid] = p.model
+        load[p.model] = load.get(p.model, 0) + gang
+    if any(n > ctx.capacity.get(m, 0) for m, n in load.items()):
+        return None
+    if ctx.tenants and (
+        any(canonical_quota(t.quota) for t in ctx.tenants.values())
+        or any(j.spec.tenant not in ctx.tenants for j in ctx.jobs)
+    ):
+        return None
+    if units is None:
+        return plan
+    seen: set[str] = set()
+    for unit, model in units:
+        if len(unit) != 1:
+            return None
+        jid = unit[0]
+        if jid in seen:
+            continue
+        if plan.get(jid) != model:
+            return None
+        seen.add(jid)
+        if len(seen) == len(plan):
+            break
+    return plan if len(seen) == len(plan) else None

@@ -61,7 +61,7 @@ from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import PlacementStrategy, explain
 from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, WaitCode, make_reason, never_fits
-from accelnet.sched.roundplan import make_plan
+from accelnet.sched.roundplan import make_plan, standing_plan
 from accelnet.sched.scheduler import Scheduler, traffic_hook
 from accelnet.sched.shortcuts import Walk
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
@@ -97,6 +97,9 @@ class RoundContext:
     size: dict[str, float] = field(default_factory=dict)  # devices a job holds: count x share
     colocated: Callable[[str, str, str], Factors | None] | None = None  # (a, b, model)
     stop_s: dict[str, float] = field(default_factory=dict)  # a running job's cost of a stop
+    # answers a policy derives from this context and reads more than once in a decision
+    # (its allocation and its order): not copied by ``replace``, which makes another context
+    memo: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(
@@ -327,16 +330,8 @@ class RoundScheduler(Scheduler):
             # jobs being stopped are planned too: they hold devices now and will requeue
             ctx = self._context(jobs + stopping_views, info, w)
             self._allocate(ctx, active)
-            keep, kept_mates = self._kept(preemptive, running, [*stopping, *(q.id for q in queued)],
-                                          mates_now, info)  # fmt: skip
-            halves = {
-                j.id: j.placement.model
-                for j in running
-                if j.placement is not None and is_packed(j) and j.id not in mates_now
-            }
-            units = self.policy.order_units(ctx, self._x)
-            self._plan, self._mate = make_plan(ctx, units, keep, kept_mates, halves)
-            self._fixed = frozenset(j for j in keep if preemptive)
+            self._replan(ctx, preemptive, running, [*stopping, *(q.id for q in queued)],
+                         mates_now, info)  # fmt: skip
             self._round, self._active = round_no, active
         preemptions: list[Preempt] = []
         if preemptive:
@@ -363,6 +358,36 @@ class RoundScheduler(Scheduler):
             preemptions += self._upgrades(running, info, w)
         shares = {j: dict(m) for j, m in self._x.items()}
         return Decision(tuple(starts), tuple(preemptions), waiting, shares)
+
+    def _replan(
+        self,
+        ctx: RoundContext,
+        preemptive: bool,
+        running: Sequence[JobView],
+        waiting: Sequence[str],
+        mates_now: Mapping[str, str],
+        info: JobInfo,
+    ) -> None:
+        """The plan (``_plan``, ``_mate``) and the jobs a round keeps running (``_fixed``)
+        for the allocation ``_x``. ``waiting``: the queued jobs and those being stopped.
+        When every job runs, most plans leave each where it is: found without making the
+        plan (:func:`~accelnet.sched.roundplan.standing_plan`), the same plan."""
+        units = self.policy.order_units(ctx, self._x) if preemptive else None
+        if not waiting and not self.policy.packs and not self._mate:
+            standing = standing_plan(ctx, units)
+            if standing is not None:
+                self._plan, self._mate, self._fixed = standing, {}, frozenset()
+                return
+        keep, kept_mates = self._kept(preemptive, running, waiting, mates_now, info)
+        halves = {
+            j.id: j.placement.model
+            for j in running
+            if j.placement is not None and is_packed(j) and j.id not in mates_now
+        }
+        if units is None:
+            units = self.policy.order_units(ctx, self._x)
+        self._plan, self._mate = make_plan(ctx, units, keep, kept_mates, halves)
+        self._fixed = frozenset(j for j in keep if preemptive)
 
     def _kept(
         self,

@@ -190,18 +190,21 @@ class HeteroJct(RoundPolicy):
         alone = x.alone if isinstance(x, PackedAllocation) else x
         ranked: list[tuple[tuple[int, float, int], tuple[str, ...], str]] = []
         critical: tuple[float, str, str] | None = None
+        protect, none = self.protect_critical, dict[str, float]()
         for pos, job in enumerate(ctx.jobs):
-            rates = {m: r for m, r in ctx.tput[job.id].items() if r > 0}
+            jid = job.id
+            rates = {m: r for m, r in ctx.tput[jid].items() if r > 0}
             if not rates:
                 continue
-            fastest = max(rates, key=lambda m: (rates[m], m))
-            longest = left[job.id] / rates[fastest]
-            if critical is None or longest > critical[0]:
-                critical = (longest, job.id, fastest)
+            work, shares, unit = left[jid], alone.get(jid, none), (jid,)
+            if protect:  # the job that would end last alone on its fastest model
+                fastest = max(rates, key=lambda m: (rates[m], m))
+                longest = work / rates[fastest]
+                if critical is None or longest > critical[0]:
+                    critical = (longest, jid, fastest)
             for model, rate in rates.items():
-                share = alone.get(job.id, {}).get(model, 0.0)
-                finish = left[job.id] / rate
-                ranked.append(((0 if share > 1e-6 else 1, finish, pos), (job.id,), model))
+                later = 0 if shares.get(model, 0.0) > 1e-6 else 1
+                ranked.append(((later, work / rate, pos), unit, model))
         if isinstance(x, PackedAllocation) and ctx.colocated is not None:
             pos_of = {j.id: k for k, j in enumerate(ctx.jobs)}
             for (a, b), shares in x.pairs.items():

@@ -88,9 +88,12 @@ def solve_csc(
     lp.col_upper_ = np.where(np.isinf(ub), _core.kHighsInf, ub)
     lp.row_lower_ = np.full(rows, -_core.kHighsInf)
     lp.row_upper_ = np.where(np.isinf(rhs), _core.kHighsInf, rhs)
-    lp.a_matrix_.start_ = indptr
-    lp.a_matrix_.index_ = indices
-    lp.a_matrix_.value_ = data
+    # the matrix's vectors as lists: the binding copies a numpy array into them element
+    # by element through Python (40 us for 720 values), a list in C (the same numbers)
+    matrix = lp.a_matrix_
+    matrix.start_ = indptr.tolist()
+    matrix.index_ = indices.tolist()
+    matrix.value_ = data.tolist()
     highs = _core._Highs()
     if highs.passOptions(_OPTIONS_IPM if ipm else _OPTIONS) == _core.HighsStatus.kError:
         return None

@@ -15,6 +15,7 @@ as classes, each member getting an equal share of its class's time (the same opt
 from __future__ import annotations
 
 import statistics
+from typing import cast
 
 import numpy as np
 
@@ -35,7 +36,15 @@ from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
 def remaining_steps(ctx: RoundContext) -> dict[str, float]:
     """Each job's remaining steps; unknown ones get the median known remaining time at
-    their best rate (1 step if nothing is known)."""
+    their best rate (1 step if nothing is known). Kept in ``ctx.memo`` (a policy reads it
+    for its allocation and again for its order): not to be changed."""
+    found = ctx.memo.get("remaining_steps")
+    if found is None:
+        found = ctx.memo["remaining_steps"] = _remaining_steps(ctx)
+    return cast(dict[str, float], found)
+
+
+def _remaining_steps(ctx: RoundContext) -> dict[str, float]:
     known = {j.id: r for j in ctx.jobs if (r := ctx.info.remaining(j)) is not None}
     fastest = {j.id: max(ctx.tput[j.id].values(), default=0.0) for j in ctx.jobs}
     times = [r / fastest[jid] for jid, r in known.items() if fastest[jid] > 0]
