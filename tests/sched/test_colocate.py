@@ -349,3 +349,33 @@ def test_a_waiting_reason_names_no_other_tenants_job() -> None:
     c = big("c", 10.0, tenant="other")
     out = sched.decide(Snapshot.all_ready(fab, (d_run, a_run, c), 10.0))
     assert out.waiting["c"] == "planned packed with a job: waiting for its devices"
+
+
+def test_hetero_fair_packed_keeps_an_answer_only_for_the_same_jobs_and_pair_rates() -> None:
+    from accelnet.sched.policies.hetero_fair import HeteroFair
+
+    def with_rates(
+        ctx: RoundContext, factors: tuple[float, float], source: object | None
+    ) -> RoundContext:
+        return replace(ctx, colocated=lambda a, b, m: factors, pair_source=source)
+
+    policy = HeteroFair.packed()
+    base = ctx_of({"a": 100.0, "b": 200.0}, (0.8, 0.8))
+    good, bad = object(), object()  # two sources of pair rates (a scheduler's function)
+    first = policy.allocate(with_rates(base, (0.8, 0.8), good))
+    assert isinstance(first, PackedAllocation) and first.pairs
+    apart = policy.allocate(with_rates(base, (0.4, 0.4), bad))  # another source: solved
+    assert not getattr(apart, "pairs", {}) and policy._packs_solved.hits == 0
+    again = policy.allocate(with_rates(base, (0.8, 0.8), good))  # the same question: kept
+    assert policy._packs_solved.hits == 1
+    assert isinstance(again, PackedAllocation) and again is not first
+    assert again == first and again.pairs == first.pairs
+    # another job in b's place (same id, another spec): solved anew
+    other = replace(base, jobs=[base.jobs[0], job("b", 0.0, 200.0)])
+    policy.allocate(with_rates(other, (0.8, 0.8), good))
+    assert policy._packs_solved.hits == 1
+    # without a source (rates that may change from call to call) nothing is kept
+    loose = HeteroFair.packed()
+    assert getattr(loose.allocate(with_rates(base, (0.8, 0.8), None)), "pairs", {})
+    assert not getattr(loose.allocate(with_rates(base, (0.4, 0.4), None)), "pairs", {})
+    assert loose._packs_solved.hits == loose._packs_solved.misses == 0

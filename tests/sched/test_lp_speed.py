@@ -225,3 +225,45 @@ def test_unit_costs_bring_a_costs_range_about_one_and_keep_its_optimum() -> None
     assert np.allclose(scaled * np.sqrt(4e-9 * 1e-6), c, rtol=1e-12, atol=0.0)
     for same in (np.zeros(3), np.array([0.0, -1.0]), np.array([1.0, np.inf])):
         assert lp.unit_costs(same) is same
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ctx=contexts(), gain=st.floats(0.3, 0.9))
+def test_csc_pair_columns_beside_the_shared_rows_are_the_stacked_blocks(
+    ctx: RoundContext, gain: float
+) -> None:
+    """The arrays hetero-jct-packed hands HiGHS (the shared rows, then a column per pair
+    that gains by sharing) are those ``side_by_side`` of the two blocks gave."""
+    rated = replace(ctx, colocated=lambda a, b, m: (gain, gain + 0.05))
+    p = lp.pairs_of(rated)
+    pc = lp.pair_columns(rated, p)
+    if pc is None:
+        return
+    assert pc.n > 0
+    assert _same_csc(pc.shared_csc(p), lp.side_by_side(p.a_shared, pc.a_shared))
+
+
+def test_kept_pair_columns_are_made_anew_when_a_job_or_the_pair_rates_change() -> None:
+    from accelnet.sched.policies.memo import Memo
+    from tests.sched.test_policies import context, view
+
+    jobs = [view(n, steps=100.0) for n in ("a", "b", "c")]
+    table = {"a": {"X": 1.0, "Y": 2.0}, "b": {"X": 1.0}, "c": {"Y": 1.0}}
+    source = object()  # a scheduler's pair rate function
+    base = replace(context(jobs, table, {"X": 2, "Y": 2}), colocated=lambda a, b, m: (0.7, 0.6),
+                   pair_source=source)  # fmt: skip
+    memo: lp.KeptPairs = Memo()
+    p = lp.pairs_of(base)
+    first = lp.kept_pair_columns(base, p, memo)
+    assert first is not None and first.cols == [(0, 1, "X"), (0, 2, "Y")]
+    assert lp.kept_pair_columns(base, p, memo) is first and memo.hits == 1
+    # b replaced by another job under the same name (another spec): made anew
+    other = replace(base, jobs=[jobs[0], view("b", steps=5.0), jobs[2]])
+    assert lp.kept_pair_columns(other, lp.pairs_of(other), memo) is not first
+    # another source of pair rates: made anew, with its rates
+    worse = replace(base, colocated=lambda a, b, m: (0.4, 0.4), pair_source=object())
+    assert lp.kept_pair_columns(worse, p, memo) is None  # no pair gains
+    assert memo.hits == 1
+    # no source (rates that may change from call to call): nothing kept
+    loose = replace(base, pair_source=None)
+    assert lp.kept_pair_columns(loose, p, memo) is not first and memo.hits == 1

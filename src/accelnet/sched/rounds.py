@@ -97,6 +97,9 @@ class RoundContext:
     size: dict[str, float] = field(default_factory=dict)  # devices a job holds: count x share
     colocated: Callable[[str, str, str], Factors | None] | None = None  # (a, b, model)
     stop_s: dict[str, float] = field(default_factory=dict)  # a running job's cost of a stop
+    # what ``colocated`` reads pair rates from, when it is the same across contexts (the
+    # round scheduler's pair rate function), so an answer that depends on them can be kept
+    pair_source: object | None = None
     # answers a policy derives from this context and reads more than once in a decision
     # (its allocation and its order): not copied by ``replace``, which makes another context
     memo: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -635,6 +638,7 @@ class RoundScheduler(Scheduler):
         return RoundContext(
             jobs, models, capacity, gang, tput, info, self.round_s, weights, self.window,
             w.tenants, size, self._pair_rates(jobs, gang), stop_s,
+            self.colocated if self.policy.packs else None,
         )  # fmt: skip
 
     def _job_rates(
@@ -679,13 +683,13 @@ class RoundScheduler(Scheduler):
         fn = self.colocated
         if fn is None or not self.policy.packs:
             return None
-        views = {j.id: j for j in jobs}
+        specs = {j.id: j.spec for j in jobs if packable(j)}  # the jobs that may pack
 
         def pair(a: str, b: str, model: str) -> Factors | None:
-            ja, jb = views[a], views[b]
-            if not (packable(ja) and packable(jb)) or gang[a] != gang[b]:
+            sa, sb = specs.get(a), specs.get(b)
+            if sa is None or sb is None or gang[a] != gang[b]:
                 return None
-            return fn(ja.spec, jb.spec, model, gang[a])
+            return fn(sa, sb, model, gang[a])
 
         return pair
 

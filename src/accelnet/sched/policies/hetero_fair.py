@@ -17,7 +17,8 @@ columns.
 jobs that gain by sharing a model's devices (:func:`~.lp.pair_columns`): a pair's time
 adds to each member's throughput its rate there times the fraction it keeps beside the
 other. It solves one column per job (up to :data:`~.lp.CLASSES_ABOVE` active jobs; above
-that, classes without pairs).
+that, classes without pairs), and keeps its last answers for the rounds that ask the same
+question (the same jobs, in the same order, on the same devices).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class HeteroFair(RoundPolicy):
 
     def __init__(self) -> None:
         self._solved: Memo[list[dict[str, float] | None]] = Memo()
+        self._packs_solved: Memo[tuple[PackedAllocation | None, tuple[object, ...]]] = Memo()
 
     @classmethod
     def packed(cls) -> HeteroFair:
@@ -85,7 +87,7 @@ class HeteroFair(RoundPolicy):
     def allocate(self, ctx: RoundContext) -> Allocation:
         """See :class:`RoundPolicy`."""
         if self.packs and ctx.colocated is not None and len(ctx.jobs) <= CLASSES_ABOVE:
-            packed = self._packed(ctx, equal_share(ctx))
+            packed = self._packed_kept(ctx)
             if packed is not None:
                 return packed
         members: dict[tuple[object, ...], list[str]] = {}
@@ -107,6 +109,29 @@ class HeteroFair(RoundPolicy):
                 for jid in ids:
                     out[jid] = dict(share)
         return out
+
+    def _packed_kept(self, ctx: RoundContext) -> PackedAllocation | None:
+        """:meth:`_packed`'s answer, kept for the rounds that ask it again. Its LP is a
+        function of the jobs in order (each one's rates in their order, gang, weight and
+        spec, whose pairs' rates it reads), the models and their devices, and where the
+        pair rates come from (``ctx.pair_source``; a context without one is solved each
+        time): the key holds them all, the specs and the source by identity (the kept
+        entry holds them, so no other object takes their identity while it is kept)."""
+        if ctx.pair_source is None:
+            return self._packed(ctx, equal_share(ctx))
+        jobs = tuple(
+            (j.id, id(j.spec), tuple(ctx.tput[j.id].items()), ctx.gang[j.id],
+             ctx.weights.get(j.id, 1.0), ctx.size.get(j.id))
+            for j in ctx.jobs
+        )  # fmt: skip
+        key = (id(ctx.pair_source), tuple(ctx.capacity.items()), tuple(ctx.models), jobs)
+        kept = self._packs_solved.get(key)
+        if kept is None:
+            found = self._packed(ctx, equal_share(ctx))
+            kept = (found, (ctx.pair_source, *(j.spec for j in ctx.jobs)))
+            self._packs_solved.put(key, kept)
+        answer = kept[0]
+        return None if answer is None else PackedAllocation(answer.alone, answer.pairs)
 
     def _solve(
         self, ctx: RoundContext, members: dict[tuple[object, ...], list[str]]

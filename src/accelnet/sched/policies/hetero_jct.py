@@ -37,20 +37,21 @@ import numpy as np
 from accelnet.sched.colocate import PackedAllocation
 from accelnet.sched.policies.lp import (
     CLASSES_ABOVE,
+    KeptPairs,
     Pairs,
     allocation,
     class_pairs,
     group,
     job_rows,
+    kept_pair_columns,
     pair_allocation,
-    pair_columns,
     pairs_of,
-    side_by_side,
     solve,
     solve_csc,
     split,
     stack,
 )
+from accelnet.sched.policies.memo import Memo
 from accelnet.sched.policies.min_makespan import MinMakespan, remaining_steps
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy
 
@@ -87,6 +88,7 @@ class HeteroJct(RoundPolicy):
         if packs and guard > 0:
             raise ValueError("guard and packing do not combine: choose one")
         self.packs = packs
+        self._pairs: KeptPairs = Memo(4)  # pair columns (their rates do not change)
         self.guard = guard
         self.gang_weight = gang_weight
         self.protect_critical = protect_critical
@@ -160,19 +162,16 @@ class HeteroJct(RoundPolicy):
         """The LP with a column per pair of jobs that gain by sharing a model's devices:
         its objective term is the pair's progress, each job's rate there times the
         fraction it keeps, over its remaining work (None: no such pair)."""
-        pc = pair_columns(ctx, p)
+        pc = kept_pair_columns(ctx, p, self._pairs)
         if pc is None:
             return None
         a = [p.jobs[i] for i, _, _ in pc.cols]
         b = [p.jobs[k] for _, k, _ in pc.cols]
         gain = pc.ra / np.array([left[j] for j in a]) + pc.rb / np.array([left[j] for j in b])
         terms = gain / np.array([float(ctx.gang[j]) for j in a]) ** self.gang_weight
-        v = solve(
-            -np.concatenate([progress, terms]),
-            side_by_side(p.a_shared, pc.a_shared),
-            p.b_shared,
-            [(0.0, 1.0)] * (p.n + pc.n),
-        )
+        n = p.n + pc.n  # the shared rows' CSC arrays built at once (no scipy.sparse blocks)
+        v = solve_csc(-np.concatenate([progress, terms]), pc.shared_csc(p), p.b_shared,
+                      np.zeros(n), np.ones(n))  # fmt: skip
         if v is None:
             return None
         return PackedAllocation(allocation(p, v[: p.n]), pair_allocation(p, pc, v[p.n :]))

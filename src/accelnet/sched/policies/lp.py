@@ -21,6 +21,7 @@ from scipy.sparse import coo_matrix, csc_matrix, csr_matrix, hstack, vstack
 
 from accelnet.sched.policies.highs import HIGHS_DIRECT, solve_direct
 from accelnet.sched.policies.highs import solve_csc as highs_csc
+from accelnet.sched.policies.memo import Memo
 from accelnet.sched.rounds import Allocation, RoundContext
 
 
@@ -164,11 +165,23 @@ class PairColumns:
     ra: np.ndarray
     rb: np.ndarray
     a_shared: csr_matrix
+    rows: np.ndarray | None = None  # per column its three rows of a_shared, in order
+    values: np.ndarray | None = None  # and their values (1, 1, the gang)
 
     @property
     def n(self) -> int:
         """Number of pair columns."""
         return len(self.cols)
+
+    def shared_csc(self, p: Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``p``'s shared rows and these columns' beside them as CSC arrays, what
+        ``side_by_side(p.a_shared, self.a_shared).tocsc()`` gives, without building it."""
+        assert self.rows is not None and self.values is not None
+        start, rows, values = p.shared_csc()
+        more = start[-1] + np.arange(3, 3 * self.n + 1, 3, dtype=np.int32)
+        return (np.concatenate([start, more]).astype(np.int32),
+                np.concatenate([rows, self.rows.ravel()]),
+                np.concatenate([values, self.values.ravel()]))  # fmt: skip
 
 
 PAIR_JOBS = 100  # the jobs (first in queue order) whose pairs an LP considers packing
@@ -188,17 +201,22 @@ def pair_columns(ctx: RoundContext, p: Pairs, limit: int = PAIR_JOBS) -> PairCol
     ra: list[float] = []
     rb: list[float] = []
     first = min(limit, len(p.jobs))
+    # each job's models with a positive rate, in name order (a pair's models: the first
+    # job's that the second has too)
+    runs = [sorted(m for m, r in ctx.tput[j].items() if r > 0) for j in p.jobs[:first]]
     for i, a in enumerate(p.jobs[:first]):
+        rate_a = ctx.tput[a]
         for k in range(i + 1, first):
             b = p.jobs[k]
-            for model in sorted(ctx.tput[a].keys() & ctx.tput[b].keys()):
-                if ctx.tput[a][model] <= 0 or ctx.tput[b][model] <= 0:
+            rate_b = ctx.tput[b]
+            for model in runs[i]:
+                if rate_b.get(model, 0.0) <= 0:
                     continue
                 f = fn(a, b, model)
                 if f is not None and f[0] + f[1] > 1 + 1e-9:
                     cols.append((i, k, model))
-                    ra.append(f[0] * ctx.tput[a][model])
-                    rb.append(f[1] * ctx.tput[b][model])
+                    ra.append(f[0] * rate_a[model])
+                    rb.append(f[1] * rate_b[model])
     if not cols:
         return None
     rows, cc, vals = [], [], []
@@ -208,7 +226,36 @@ def pair_columns(ctx: RoundContext, p: Pairs, limit: int = PAIR_JOBS) -> PairCol
         vals += [1.0, 1.0, float(ctx.gang[p.jobs[i]])]
     shape = (len(p.jobs) + len(models), len(cols))
     a = coo_matrix((vals, (rows, cc)), shape=shape).tocsr()
-    return PairColumns(cols, np.asarray(ra), np.asarray(rb), a)
+    # i < k < the capacity rows: each column's rows are in order already
+    return PairColumns(cols, np.asarray(ra), np.asarray(rb), a,
+                       np.asarray(rows, dtype=np.int32), np.asarray(vals, dtype=float))  # fmt: skip
+
+
+KeptPairs = Memo[tuple[PairColumns | None, tuple[object, ...]]]
+
+
+def kept_pair_columns(ctx: RoundContext, p: Pairs, memo: KeptPairs) -> PairColumns | None:
+    """:func:`pair_columns`, kept in ``memo`` for the rounds that ask for them again: they
+    are a function of ``p``'s first :data:`PAIR_JOBS` jobs (each one's rates in their
+    order, gang and spec, which its pairs' rates and whether it packs come from), the
+    number of ``p``'s jobs, the models, and where the pair rates come from
+    (``ctx.pair_source``; without one they are made each time). The specs and the source
+    are in the key by identity, and the kept entry holds them (no other object takes their
+    identity while it is kept). Not to be changed."""
+    if ctx.pair_source is None:
+        return pair_columns(ctx, p)
+    views = {j.id: j for j in ctx.jobs}
+    first = tuple(
+        (jid, id(views[jid].spec), tuple(ctx.tput[jid].items()), ctx.gang[jid])
+        for jid in p.jobs[:PAIR_JOBS]
+    )
+    key = (id(ctx.pair_source), len(p.jobs), tuple(ctx.models), first)
+    kept = memo.get(key)
+    if kept is None:
+        held = (ctx.pair_source, *(views[jid].spec for jid in p.jobs[:PAIR_JOBS]))
+        kept = (pair_columns(ctx, p), held)
+        memo.put(key, kept)
+    return kept[0]
 
 
 def pair_allocation(
