@@ -44,9 +44,10 @@ def makespan_lp(
     taus = sorted({arrivals[int(i * (len(arrivals) - 1) / max(1, points - 1))]
                    for i in range(points)})  # fmt: skip
     best = 0.0
+    # each job's view made once (a spec is validated when made), read at every point
+    every = [JobView(j.id, j.spec(), JobState.ADMITTED, j.arrival) for j in jobs]
     for tau in taus:
-        later = [j for j in jobs if j.arrival >= tau]
-        views = [JobView(j.id, j.spec(), JobState.ADMITTED, j.arrival) for j in later]
+        views = [v for v in every if v.submitted_at >= tau]
         ctx = RoundContext.of(views, capacity, JobInfo(tau, rates))
         theta = MinMakespan().theta(ctx)
         if theta is not None and theta > 0:
