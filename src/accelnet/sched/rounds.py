@@ -98,7 +98,8 @@ class RoundContext:
     colocated: Callable[[str, str, str], Factors | None] | None = None  # (a, b, model)
     stop_s: dict[str, float] = field(default_factory=dict)  # a running job's cost of a stop
     # what ``colocated`` reads pair rates from, when it is the same across contexts (the
-    # round scheduler's pair rate function), so an answer that depends on them can be kept
+    # round scheduler's pair rate function), so an answer that depends on them can be kept;
+    # a ``replace`` that gives the context other pair rates must set it too (or None)
     pair_source: object | None = None
     # answers a policy derives from this context and reads more than once in a decision
     # (its allocation and its order): not copied by ``replace``, which makes another context
