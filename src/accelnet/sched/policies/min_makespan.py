@@ -46,6 +46,8 @@ def remaining_steps(ctx: RoundContext) -> dict[str, float]:
 
 def _remaining_steps(ctx: RoundContext) -> dict[str, float]:
     known = {j.id: r for j in ctx.jobs if (r := ctx.info.remaining(j)) is not None}
+    if len(known) == len(ctx.jobs):  # every job's work known: no estimate to make
+        return {jid: max(1e-9, r) for jid, r in known.items()}
     fastest = {j.id: max(ctx.tput[j.id].values(), default=0.0) for j in ctx.jobs}
     times = [r / fastest[jid] for jid, r in known.items() if fastest[jid] > 0]
     typical = statistics.median(times) if times else 1.0
