@@ -247,6 +247,11 @@ def _index(models: Iterable[DeviceModel]) -> Mapping[str, DeviceModel]:
 
 
 _BY_NAME = _index(_MODELS)
+# every name and alias as written, with what its folded form finds: most look-ups pass a
+# catalog name (a fabric's or a table's), found here without folding it by regex
+_AS_WRITTEN = MappingProxyType(
+    {key: _BY_NAME[_fold(key)] for m in _MODELS for key in (m.name, *m.aliases)}
+)
 _LINKS_FOLDED = MappingProxyType({_fold(k): v for k, v in _LINKS.items()})
 
 
@@ -288,7 +293,8 @@ def family(name: str) -> tuple[str, ...]:
 
 def find_device_model(name: str) -> DeviceModel | None:
     """The model called ``name`` (case-insensitive, aliases accepted), or None."""
-    return _BY_NAME.get(_fold(name))
+    found = _AS_WRITTEN.get(name)
+    return found if found is not None else _BY_NAME.get(_fold(name))
 
 
 def device_model(name: str) -> DeviceModel:

@@ -220,7 +220,6 @@ class ThroughputModel:
         self._known = frozenset(self._job_types)
         self._unc_medians = self._median_unconsolidated_ratios()
         self._cache: dict[_RateKey, float] = {}
-        self._pairs: dict[tuple[str, str, str, int], Factors | None] = {}  # colocated's
         self._extra: dict[str, DeviceModel] = {}  # a fabric's own models, by folded name
         self._fits: dict[str, tuple[float, float] | None] = {}
         self._generic_scaling: dict[tuple[int, bool], float] = {}
@@ -321,13 +320,9 @@ class ThroughputModel:
         they share the same ``count`` devices of catalog model ``model`` (space sharing);
         None where that pair was not measured on the model's worker type, or does not fit.
         """
-        key = (a, b, model, count)
-        if key in self._pairs:
-            return self._pairs[key]
         found = find_device_model(model)
         wt = self._wt_of.get(found.name) if found is not None else None
-        out = self._pairs[key] = None if wt is None else self._colo.factors(wt, a, b, count)
-        return out
+        return None if wt is None else self._colo.factors(wt, a, b, count)
 
     def max_pair_gain(self) -> float:
         """The most a device's work grows when two jobs share it (:meth:`Colocation.max_gain`,

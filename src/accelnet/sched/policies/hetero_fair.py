@@ -31,9 +31,12 @@ from scipy.sparse import coo_matrix, csr_matrix
 from accelnet.sched.colocate import PackedAllocation
 from accelnet.sched.policies.lp import (
     CLASSES_ABOVE,
+    Kept,
+    SpeedRows,
     allocation,
     extra_columns,
     job_rows,
+    kept,
     pair_allocation,
     pair_columns,
     pairs_of,
@@ -74,7 +77,7 @@ class HeteroFair(RoundPolicy):
 
     def __init__(self) -> None:
         self._solved: Memo[list[dict[str, float] | None]] = Memo()
-        self._packs_solved: Memo[tuple[PackedAllocation | None, tuple[object, ...]]] = Memo()
+        self._packs_solved: Kept[PackedAllocation | None] = Memo()
 
     @classmethod
     def packed(cls) -> HeteroFair:
@@ -111,26 +114,11 @@ class HeteroFair(RoundPolicy):
         return out
 
     def _packed_kept(self, ctx: RoundContext) -> PackedAllocation | None:
-        """:meth:`_packed`'s answer, kept for the rounds that ask it again. Its LP is a
-        function of the jobs in order (each one's rates in their order, gang, weight and
-        spec, whose pairs' rates it reads), the models and their devices, and where the
-        pair rates come from (``ctx.pair_source``; a context without one is solved each
-        time): the key holds them all, the specs and the source by identity (the kept
-        entry holds them, so no other object takes their identity while it is kept)."""
-        if ctx.pair_source is None:
-            return self._packed(ctx, equal_share(ctx))
-        jobs = tuple(
-            (j.id, id(j.spec), tuple(ctx.tput[j.id].items()), ctx.gang[j.id],
-             ctx.weights.get(j.id, 1.0), ctx.size.get(j.id))
-            for j in ctx.jobs
-        )  # fmt: skip
-        key = (id(ctx.pair_source), tuple(ctx.capacity.items()), tuple(ctx.models), jobs)
-        kept = self._packs_solved.get(key)
-        if kept is None:
-            found = self._packed(ctx, equal_share(ctx))
-            kept = (found, (ctx.pair_source, *(j.spec for j in ctx.jobs)))
-            self._packs_solved.put(key, kept)
-        answer = kept[0]
+        """:meth:`_packed`'s answer, kept for the rounds that ask it again (:func:`~.lp.kept`:
+        its LP reads every job, the models and their devices)."""
+        shape = (tuple(ctx.capacity.items()), tuple(ctx.models))
+        answer = kept(self._packs_solved, ctx, ctx.jobs, shape,
+                      lambda: self._packed(ctx, equal_share(ctx)))  # fmt: skip
         return None if answer is None else PackedAllocation(answer.alone, answer.pairs)
 
     def _solve(
@@ -154,36 +142,22 @@ class HeteroFair(RoundPolicy):
         )  # fmt: skip
         coef = p.rate * norm  # a class's columns hold its members' summed time
         jobs, n = len(p.jobs), p.n
-        # the rows, as CSC arrays built at once (scipy.sparse blocks cost more than the
-        # solve): per column, its class's time row (1), its model's capacity row (gang)
-        # and its class's level row (-coef); stage 1 adds t's column (1 in each level row)
-        index = np.array([i for i, _ in p.pairs])
-        model_row = {m: jobs + k for k, m in enumerate(ctx.models)}
-        gang = np.array([float(ctx.gang[p.jobs[i]]) for i in index])
-        rows = np.empty((n, 3), dtype=np.int32)
-        rows[:, 0] = index
-        rows[:, 1] = [model_row[m] for _, m in p.pairs]
-        rows[:, 2] = jobs + len(model_row) + index
-        values = np.empty((n, 3))
-        values[:, 0], values[:, 1], values[:, 2] = 1.0, gang, -coef
-        level_rows = np.arange(jobs + len(model_row), 2 * jobs + len(model_row), dtype=np.int32)
-        start = np.arange(0, 3 * n + 1, 3, dtype=np.int32)
+        # per column, its class's time row (1), its model's capacity row (gang) and its
+        # class's level row (-coef); stage 1 adds t's column (1 in each level row)
+        rows = SpeedRows.of(p, coef)
         # stage 1: maximise t s.t. level_j >= t  <=>  t - level_j <= 0
-        csc1 = (np.append(start, 3 * n + jobs).astype(np.int32),
-                np.concatenate([rows.ravel(), level_rows]),
-                np.concatenate([values.ravel(), np.ones(jobs)]))  # fmt: skip
         b = np.concatenate([p.b_shared, np.zeros(jobs)])
         c = np.zeros(n + 1)
         c[-1] = -1.0
-        col_size = size[index]
-        v = solve_csc(c, csc1, b, np.zeros(n + 1), np.append(col_size, np.inf))
+        col_size = size[p.index]
+        v = solve_csc(c, rows.with_theta(np.ones(jobs)), b, np.zeros(n + 1),
+                      np.append(col_size, np.inf))  # fmt: skip
         if v is None:
             return none
         t = v[-1] * (1 - 1e-6)
         # stage 2: the most total normalised throughput with every job at level t or more
         b2 = np.concatenate([p.b_shared, -np.full(jobs, t)])
-        csc2 = (start, rows.ravel(), values.ravel())
-        v2 = solve_csc(-coef * col_size, csc2, b2, np.zeros(n), col_size.copy())
+        v2 = solve_csc(-coef * col_size, rows.csc(), b2, np.zeros(n), col_size.copy())
         best = v2 if v2 is not None else v[: p.n]
         y = allocation(p, best[: p.n] / col_size)  # each member's share
         return [dict(y[ids[0]]) if ids[0] in y else None for ids in members.values()]

@@ -11,9 +11,10 @@ solve over classes of jobs alike instead (:func:`group`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 from scipy.optimize import linprog
@@ -23,6 +24,7 @@ from accelnet.sched.policies.highs import HIGHS_DIRECT, solve_direct
 from accelnet.sched.policies.highs import solve_csc as highs_csc
 from accelnet.sched.policies.memo import Memo
 from accelnet.sched.rounds import Allocation, RoundContext
+from accelnet.sched.snapshot import JobView
 
 
 @dataclass
@@ -165,8 +167,8 @@ class PairColumns:
     ra: np.ndarray
     rb: np.ndarray
     a_shared: csr_matrix
-    rows: np.ndarray | None = None  # per column its three rows of a_shared, in order
-    values: np.ndarray | None = None  # and their values (1, 1, the gang)
+    rows: np.ndarray  # per column its three rows of a_shared, in order
+    values: np.ndarray  # and their values (1, 1, the gang)
 
     @property
     def n(self) -> int:
@@ -176,7 +178,6 @@ class PairColumns:
     def shared_csc(self, p: Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``p``'s shared rows and these columns' beside them as CSC arrays, what
         ``side_by_side(p.a_shared, self.a_shared).tocsc()`` gives, without building it."""
-        assert self.rows is not None and self.values is not None
         start, rows, values = p.shared_csc()
         more = start[-1] + np.arange(3, 3 * self.n + 1, 3, dtype=np.int32)
         return (np.concatenate([start, more]).astype(np.int32),
@@ -231,31 +232,44 @@ def pair_columns(ctx: RoundContext, p: Pairs, limit: int = PAIR_JOBS) -> PairCol
                        np.asarray(rows, dtype=np.int32), np.asarray(vals, dtype=float))  # fmt: skip
 
 
-KeptPairs = Memo[tuple[PairColumns | None, tuple[object, ...]]]
+T = TypeVar("T")
+Kept = Memo[tuple[T, tuple[object, ...]]]  # an answer, and what its key names by identity
+KeptPairs = Kept[PairColumns | None]
+
+
+def kept(
+    memo: Kept[T], ctx: RoundContext, jobs: Sequence[JobView], shape: Hashable,
+    make: Callable[[], T],
+) -> T:  # fmt: skip
+    """``make()``, kept in ``memo`` for the rounds that ask for it again, for an answer
+    that depends on the pair rates: a function of ``jobs`` in order (each one's rates in
+    their order, gang, weight, size and spec, which its pairs' rates and whether it packs
+    come from), of ``shape`` (what else it reads: the models, their devices...) and of
+    where the pair rates come from (``ctx.pair_source``; without one it is made each
+    time). The specs and the source are in the key by identity, and the kept entry holds
+    them (no other object takes their identity while it is kept). Not to be changed."""
+    source = ctx.pair_source
+    if source is None:
+        return make()
+    key = (id(source), shape, tuple(
+        (j.id, id(j.spec), tuple(ctx.tput[j.id].items()), ctx.gang[j.id],
+         ctx.weights.get(j.id, 1.0), ctx.size.get(j.id))
+        for j in jobs
+    ))  # fmt: skip
+    found = memo.get(key)
+    if found is None:
+        found = (make(), (source, *(j.spec for j in jobs)))
+        memo.put(key, found)
+    return found[0]
 
 
 def kept_pair_columns(ctx: RoundContext, p: Pairs, memo: KeptPairs) -> PairColumns | None:
-    """:func:`pair_columns`, kept in ``memo`` for the rounds that ask for them again: they
-    are a function of ``p``'s first :data:`PAIR_JOBS` jobs (each one's rates in their
-    order, gang and spec, which its pairs' rates and whether it packs come from), the
-    number of ``p``'s jobs, the models, and where the pair rates come from
-    (``ctx.pair_source``; without one they are made each time). The specs and the source
-    are in the key by identity, and the kept entry holds them (no other object takes their
-    identity while it is kept). Not to be changed."""
-    if ctx.pair_source is None:
-        return pair_columns(ctx, p)
+    """:func:`pair_columns`, kept in ``memo`` (:func:`kept`): they read ``p``'s first
+    :data:`PAIR_JOBS` jobs, the number of its jobs and the models."""
     views = {j.id: j for j in ctx.jobs}
-    first = tuple(
-        (jid, id(views[jid].spec), tuple(ctx.tput[jid].items()), ctx.gang[jid])
-        for jid in p.jobs[:PAIR_JOBS]
-    )
-    key = (id(ctx.pair_source), len(p.jobs), tuple(ctx.models), first)
-    kept = memo.get(key)
-    if kept is None:
-        held = (ctx.pair_source, *(views[jid].spec for jid in p.jobs[:PAIR_JOBS]))
-        kept = (pair_columns(ctx, p), held)
-        memo.put(key, kept)
-    return kept[0]
+    first = [views[jid] for jid in p.jobs[:PAIR_JOBS]]
+    return kept(memo, ctx, first, (len(p.jobs), tuple(ctx.models)),
+                lambda: pair_columns(ctx, p))  # fmt: skip
 
 
 def pair_allocation(
