@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accelnet.sched.roundplan import make_plan, standing_plan
-from accelnet.sched.rounds import RoundContext
+from accelnet.sched.policies.ranked import Las, Sjf, Srtf
+from accelnet.sched.roundplan import leads_home, make_plan, running_plan, standing_plan
+from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, Window
 from accelnet.sched.shortcuts import Walk
 from accelnet.sched.snapshot import Decision, Tenant
 from tests.sched.conftest import round_context
@@ -80,6 +81,59 @@ def test_between_rounds_every_running_job_keeps_its_model(
     assert make_plan(ctx, units, keep, {}) == (standing, {})
 
 
+class _Gavel(RoundPolicy):
+    """Gavel's order, as the policies that do not change it (hetero-fair, ...) use it."""
+
+    def allocate(self, ctx: RoundContext) -> Allocation:
+        raise AssertionError("not asked")
+
+
+class _Reordered(_Gavel):
+    def order(self, ctx: RoundContext, x: Allocation) -> list[tuple[str, str]]:
+        return list(reversed(super().order(ctx, x)))
+
+
+@st.composite
+def shares(draw: st.DrawFn) -> tuple[RoundContext, Allocation]:
+    """Running jobs with time received on their models in an accounting window (none,
+    some, equal) and an allocation with zeros, ties and models never received."""
+    ctx, _ = draw(running())
+    window = Window(1920.0)
+    window.opened = window.last = 0.0
+    for job in ctx.jobs:
+        for model in ctx.tput[job.id]:
+            if draw(st.booleans()):
+                window.time[(job.id, model)] = draw(st.sampled_from([0.0, 1.0, 2.5, 5.0]))
+    ctx.window = window
+    ctx.info.now = 10.0
+    x = {j.id: {m: draw(st.sampled_from([0.0, 1e-12, 0.25, 0.5, 1.0])) for m in ctx.tput[j.id]}
+         for j in ctx.jobs if draw(st.integers(0, 4))}  # fmt: skip
+    return ctx, x
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=shares())
+def test_each_jobs_first_unit_found_without_the_sort_is_its_first_in_gavels_order(
+    case: tuple[RoundContext, Allocation],
+) -> None:
+    """``first_units`` (what a round whose plan may stand reads) gives each job the unit
+    it has first in the full order, ties included; and a plan leads home by either."""
+    ctx, x = case
+    for policy in (_Gavel(), _Reordered(), Las(), Srtf(), Sjf()):
+        order = policy.order_units(ctx, x)
+        firsts = policy.first_units(ctx, x)
+        want: dict[tuple[str, ...], str] = {}
+        for unit, model in order:
+            want.setdefault(unit, model)
+        got: dict[tuple[str, ...], str] = {}
+        for unit, model in firsts:
+            got.setdefault(unit, model)
+        assert got == want
+        plan = running_plan(ctx)
+        if plan is not None:
+            assert leads_home(plan, firsts) == leads_home(plan, order)
+
+
 def _three() -> tuple[RoundContext, list[Unit]]:
     """a (2 GPUs) and b (1) on X, c (1) on Y; X has 3 devices, Y 2."""
     jobs = [view("a", gang=2, running_on="X", started=0.0), view("b", running_on="X", started=0.0),
@@ -125,15 +179,22 @@ def test_no_standing_plan_where_the_order_puts_a_pair_or_a_job_cannot_run_where_
 
 
 @pytest.mark.parametrize(
-    ("policy", "tenants"),
-    [("hetero-fair", None), ("hetero-jct", "weights"), ("las", None), ("drf", "quota")],
+    ("policy", "tenants", "realloc", "quiet"),
+    [
+        ("hetero-fair", None, 0.0, True),  # its allocation does not read the time
+        ("hetero-jct", "weights", 0.0, False),  # it does: every round is planned
+        ("las", None, 0.0, True),
+        ("drf", "quota", 0.0, False),  # a quota: every plan is made
+        ("hetero-jct", None, 1920.0, True),  # Gavel's interval: allocations are kept
+        ("min-makespan", "weights", 1920.0, True),
+    ],
 )
 def test_a_simulation_decides_the_same_with_and_without_standing_plans(
-    policy: str, tenants: str | None, monkeypatch: pytest.MonkeyPatch
+    policy: str, tenants: str | None, realloc: float, quiet: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every decision of a small simulation (its starts and stops, in order) and every
-    job's outcome are the same when each plan is made (standing plans turned off); and
-    plans did stand."""
+    job's outcome are the same when each plan is made (standing plans and rounds that
+    stand without a context turned off); and plans did stand, rounds too where they may."""
     from accelnet.fabric.build import build_fabric, parse_spec
     from accelnet.sched import rounds
     from accelnet.sim.engine import Simulation
@@ -153,15 +214,21 @@ def test_a_simulation_decides_the_same_with_and_without_standing_plans(
         "weights": {"default": Tenant("default", weight=2.0)},
         "quota": {"default": Tenant("default", quota={"V100": 2})},
     }[tenants]
-    stood = [0]
+    stood, rounds_stood = [0], [0]
+    stands = rounds.RoundScheduler._stands
 
-    def counted(ctx: RoundContext, units: list[Unit] | None) -> dict[str, str] | None:
-        found = standing_plan(ctx, units)
+    def counted(ctx: RoundContext) -> dict[str, str] | None:
+        found = running_plan(ctx)
         stood[0] += found is not None
         return found
 
+    def counted_round(self: rounds.RoundScheduler, *args: object) -> bool:
+        found = stands(self, *args)  # type: ignore[arg-type]
+        rounds_stood[0] += found
+        return found
+
     def run() -> tuple[list[tuple[str, str]], list[tuple[object, ...]]]:
-        sched = make_scheduler(policy, model)
+        sched = make_scheduler(policy, model, min_reallocation_s=realloc)
         log: list[tuple[str, str]] = []
         walk = sched.walk
 
@@ -174,8 +241,10 @@ def test_a_simulation_decides_the_same_with_and_without_standing_plans(
         res = Simulation(fab, jobs, sched, model, tenants=ten, restart_s=30.0).run()
         return log, [(o.id, o.state, o.first_start, o.end, o.preemptions) for o in res.jobs]
 
-    monkeypatch.setattr(rounds, "standing_plan", counted)
+    monkeypatch.setattr(rounds, "running_plan", counted)
+    monkeypatch.setattr(rounds.RoundScheduler, "_stands", counted_round)
     with_standing = run()
     assert stood[0] > 0 or tenants == "quota"  # (a quota: every plan is made)
-    monkeypatch.setattr(rounds, "standing_plan", lambda ctx, units: None)
+    assert (rounds_stood[0] > 0) == quiet
+    monkeypatch.setattr(rounds, "running_plan", lambda ctx: None)  # no plan ever stands
     assert run() == with_standing

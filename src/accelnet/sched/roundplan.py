@@ -166,6 +166,16 @@ def standing_plan(
     together (whole devices, every gang of at least one). None where that is not sure
     (a fractional share, a tenant's quota or an unknown tenant, more running than the room,
     a job whose first unit is another model): then the plan is made."""
+    plan = running_plan(ctx)
+    if plan is None or units is None or leads_home(plan, units):
+        return plan
+    return None
+
+
+def running_plan(ctx: RoundContext) -> dict[str, str] | None:
+    """The part of :func:`standing_plan` that does not read the order: each job -> the
+    model it runs on, if every job runs whole on room enough and no quota or unknown tenant
+    may refuse one (else None). It reads the jobs, the devices and the tenants only."""
     plan: dict[str, str] = {}
     load: dict[str, int] = {}
     for job in ctx.jobs:
@@ -184,18 +194,22 @@ def standing_plan(
         or any(j.spec.tenant not in ctx.tenants for j in ctx.jobs)
     ):
         return None
-    if units is None:
-        return plan
+    return plan
+
+
+def leads_home(plan: Mapping[str, str], units: Iterable[tuple[tuple[str, ...], str]]) -> bool:
+    """Whether each job of ``plan`` has its first unit of ``units`` on its own model (a
+    job alone, not a packed pair), the other part of :func:`standing_plan`."""
     seen: set[str] = set()
     for unit, model in units:
         if len(unit) != 1:
-            return None
+            return False
         jid = unit[0]
         if jid in seen:
             continue
         if plan.get(jid) != model:
-            return None
+            return False
         seen.add(jid)
         if len(seen) == len(plan):
             break
-    return plan if len(seen) == len(plan) else None
+    return len(seen) == len(plan)

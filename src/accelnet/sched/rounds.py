@@ -61,7 +61,7 @@ from accelnet.sched.jobinfo import JobInfo, RateFn
 from accelnet.sched.jobstate import JobState
 from accelnet.sched.placement import PlacementStrategy, explain
 from accelnet.sched.reasons import AWAITING_ADMISSION, Reason, WaitCode, make_reason, never_fits
-from accelnet.sched.roundplan import make_plan, standing_plan
+from accelnet.sched.roundplan import leads_home, make_plan, running_plan
 from accelnet.sched.scheduler import Scheduler, traffic_hook
 from accelnet.sched.shortcuts import Walk
 from accelnet.sched.snapshot import Decision, JobView, Placement, Preempt, Start, Tenant
@@ -183,6 +183,10 @@ class RoundPolicy(ABC):
     preemptive = True
     rotates = False
     packs = False  # whether allocate() may return a PackedAllocation (space sharing)
+    # whether allocate() reads only the jobs (their specs, rates, gangs and weights, in
+    # order), the models and their devices: not the time, progress or time received, so a
+    # round whose jobs and devices are those of the last plan keeps its allocation
+    timeless = False
 
     @abstractmethod
     def allocate(self, ctx: RoundContext) -> Allocation:
@@ -205,6 +209,21 @@ class RoundPolicy(ABC):
         if not isinstance(x, PackedAllocation) or not x.pairs:
             return [((j,), m) for j, m in self.order(ctx, x)]
         return [(unit, m) for _, unit, m in sorted(self._gavel(ctx, x), key=_first)]
+
+    def first_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+        """Units in an order that puts each job's first unit of :meth:`order_units` before
+        its others (what a plan that stands reads: see
+        :func:`~accelnet.sched.roundplan.standing_plan`). By default the order itself;
+        Gavel's order (not overridden, jobs alone) gives each job's first unit only,
+        found without sorting every unit."""
+        cls = type(self)
+        if (
+            cls.order is not RoundPolicy.order
+            or cls.order_units is not RoundPolicy.order_units
+            or isinstance(x, PackedAllocation)
+        ):
+            return self.order_units(ctx, x)
+        return _gavel_firsts(ctx, x)
 
     def _gavel(
         self, ctx: RoundContext, x: Allocation
@@ -238,6 +257,32 @@ class RoundPolicy(ABC):
 
 def _first(entry: tuple[tuple[float, ...], tuple[str, ...], str]) -> tuple[float, ...]:
     return entry[0]
+
+
+def _gavel_firsts(ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+    """Each job's first unit in Gavel's order of jobs alone (:meth:`RoundPolicy.order`):
+    its unit of the least key of :meth:`RoundPolicy._gavel`, the earliest of equal keys
+    (the order's sort is stable), in the order of the jobs."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    for pos, job in enumerate(ctx.jobs):
+        mine = x.get(job.id, {})
+        best: tuple[float, ...] | None = None
+        first = ""
+        for model, rate in ctx.tput[job.id].items():
+            share = mine.get(model, 0.0)
+            if share > 1e-9:
+                got = ctx.received(job, model)
+                prio = share / got if got > 1e-9 else math.inf
+                key: tuple[float, ...] = (0.0, -prio, -share, pos)
+            elif rate > 0:
+                key = (1.0, float(pos), -rate, 0.0)
+            else:
+                continue
+            if best is None or key < best:
+                best, first = key, model
+        if best is not None:
+            out.append(((job.id,), first))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +342,7 @@ class RoundScheduler(Scheduler):
         self._stale = False
         self._room: dict[str, int] = {}
         self._fixed: frozenset[str] = frozenset()  # running jobs this round could not stop
+        self._planned: _Planned | None = None  # what the last plan was made from
         self.window = Window(reset_s)
         self.upgrade = upgrade  # move running jobs onto idle faster devices (see _upgrades)
         self.stop_cost = stop_cost or StopCost()
@@ -324,6 +370,9 @@ class RoundScheduler(Scheduler):
         round_no = math.floor(info.now / self.round_s)
         self.window.advance(info.now, running)
         new_round = round_no != self._round
+        if new_round and not queued and not stopping_views and self._stands(running, info, w):
+            self._round = round_no  # every job runs on as planned: nothing to stop or start
+            return Decision((), (), waiting, {j: dict(m) for j, m in self._x.items()})
         # who runs packed with whom: a policy that packs needs it at every decision; any
         # other only at a round boundary, to stop pairs left by a policy that packed
         mates_now = current_mates(running) if self.policy.packs or new_round else {}
@@ -333,6 +382,11 @@ class RoundScheduler(Scheduler):
         if new_round or active != self._active:
             # jobs being stopped are planned too: they hold devices now and will requeue
             ctx = self._context(jobs + stopping_views, info, w)
+            self._planned = (
+                _Planned(ctx, dict(w.tenants), info.rates, running_plan(ctx))
+                if not queued and not stopping_views
+                else None
+            )
             self._allocate(ctx, active)
             self._replan(ctx, preemptive, running, [*stopping, *(q.id for q in queued)],
                          mates_now, info)  # fmt: skip
@@ -363,6 +417,43 @@ class RoundScheduler(Scheduler):
         shares = {j: dict(m) for j, m in self._x.items()}
         return Decision(tuple(starts), tuple(preemptions), waiting, shares)
 
+    def _stands(self, running: Sequence[JobView], info: JobInfo, w: Walk) -> bool:
+        """A round begins with every job running (none queued or being stopped): whether
+        the plan stands, found from the last plan's context (the same job views, tenants,
+        rates and devices; its allocation kept, see :meth:`_holds`) at the time now, without
+        making a context, an allocation or a plan. If so the plan is set (each job on its
+        model, as :meth:`_replan` would set it); if not, nothing changes."""
+        last = self._planned
+        if last is None or self._mate or self.policy.packs:
+            return False
+        ctx = last.ctx
+        if len(ctx.jobs) != len(running) or any(
+            a is not b for a, b in zip(ctx.jobs, running, strict=True)
+        ):
+            return False
+        if info.rates is not last.rates or w.tenants != last.tenants:
+            return False
+        if not self._holds(info.now) or self._capacity(w) != ctx.capacity:
+            return False
+        if last.plan is None:
+            return False  # not every job runs whole where it may stay (see running_plan)
+        if self.policy.preemptive:
+            now = replace(ctx, info=info)  # a new memo: the time has moved
+            if not leads_home(last.plan, self.policy.first_units(now, self._x)):
+                return False
+        self._plan, self._mate, self._fixed = dict(last.plan), {}, frozenset()
+        return True
+
+    def _holds(self, now: float) -> bool:
+        """Whether :meth:`_allocate` would leave the allocation as it is at ``now``, for the
+        jobs and devices of the last plan: a policy whose allocation does not read the
+        time (:attr:`RoundPolicy.timeless`) when it re-solves at every round; with a
+        re-allocation interval, unless a re-solve is due."""
+        if self.min_reallocation_s <= 0:
+            return self.policy.timeless
+        last = self._solved_at
+        return last is not None and not (self._stale and now - last >= self.min_reallocation_s)
+
     def _replan(
         self,
         ctx: RoundContext,
@@ -378,9 +469,10 @@ class RoundScheduler(Scheduler):
         plan (:func:`~accelnet.sched.roundplan.standing_plan`), the same plan."""
         units = self.policy.order_units(ctx, self._x) if preemptive else None
         if not waiting and not self.policy.packs and not self._mate:
-            standing = standing_plan(ctx, units)
-            if standing is not None:
-                self._plan, self._mate, self._fixed = standing, {}, frozenset()
+            last = self._planned
+            standing = last.plan if last is not None and last.ctx is ctx else running_plan(ctx)
+            if standing is not None and (units is None or leads_home(standing, units)):
+                self._plan, self._mate, self._fixed = dict(standing), {}, frozenset()
                 return
         keep, kept_mates = self._kept(preemptive, running, waiting, mates_now, info)
         halves = {
@@ -693,6 +785,19 @@ class RoundScheduler(Scheduler):
             return fn(sa, sb, model, gang[a])
 
         return pair
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """What a round scheduler's last plan was made from: its context, the tenants (a
+    copy) and the rate function, and the plan in which every job of the context stays
+    where it runs, if it may (:func:`~accelnet.sched.roundplan.running_plan`: the order
+    aside, it reads only these). See :meth:`RoundScheduler._stands`."""
+
+    ctx: RoundContext
+    tenants: dict[str, Tenant]
+    rates: RateFn
+    plan: dict[str, str] | None
 
 
 def _restricted(x: Allocation, active: frozenset[str]) -> Allocation:

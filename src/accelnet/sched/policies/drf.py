@@ -82,6 +82,7 @@ class Drf(RoundPolicy):
     module docstring). ``tenants``: weights and quotas used when the context carries none."""
 
     name = "drf"
+    timeless = True  # no allocation
 
     def __init__(self, tenants: Mapping[str, Tenant] | None = None) -> None:
         self.tenants: Mapping[str, Tenant] = MappingProxyType(dict(tenants or {}))

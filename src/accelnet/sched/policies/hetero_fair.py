@@ -74,6 +74,7 @@ class HeteroFair(RoundPolicy):
 
     name = "hetero-fair"
     rotates = True  # time-slices by time received (see RoundPolicy.rotates)
+    timeless = True  # its LPs read the jobs' rates, gangs and weights and the devices
 
     def __init__(self) -> None:
         self._solved: Memo[list[dict[str, float] | None]] = Memo()

@@ -27,6 +27,8 @@ LAS_THRESHOLDS_S = (3600.0, 36000.0, 360000.0)  # device-seconds: 1, 10, 100 GPU
 class _Ranked(RoundPolicy):
     """Orders jobs by :meth:`key`; each job's models fastest first."""
 
+    timeless = True  # no allocation
+
     def allocate(self, ctx: RoundContext) -> Allocation:
         """No allocation: the order is the policy."""
         return {}
@@ -42,6 +44,17 @@ class _Ranked(RoundPolicy):
         for _, job in jobs:
             rates = ctx.tput[job.id]
             out += [(job.id, m) for m in sorted(rates, key=lambda m: -rates[m]) if rates[m] > 0]
+        return out
+
+    def first_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
+        """Each job's first unit in :meth:`order`, whatever its key: its fastest model (the
+        first of equal rates), found without the keys or the sort."""
+        out: list[tuple[tuple[str, ...], str]] = []
+        for job in ctx.jobs:
+            rates = ctx.tput[job.id]
+            best = max((m for m in rates if rates[m] > 0), key=rates.__getitem__, default=None)
+            if best is not None:
+                out.append(((job.id,), best))
         return out
 
 
