@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accelnet.sched.policies import ROUND_POLICIES
 from accelnet.sched.policies.ranked import Las, Sjf, Srtf
 from accelnet.sched.roundplan import leads_home, make_plan, running_plan, standing_plan
 from accelnet.sched.rounds import Allocation, RoundContext, RoundPolicy, Window
@@ -132,6 +134,45 @@ def test_each_jobs_first_unit_found_without_the_sort_is_its_first_in_gavels_orde
         plan = running_plan(ctx)
         if plan is not None:
             assert leads_home(plan, firsts) == leads_home(plan, order)
+
+
+TIMELESS = sorted(name for name, make in ROUND_POLICIES.items() if make().timeless)
+
+
+def test_the_policies_that_keep_their_allocation_through_rounds() -> None:
+    assert TIMELESS == ["drf", "hetero-fair", "hetero-fair-packed", "las", "sjf", "srtf"]
+
+
+def _now_and_later() -> tuple[RoundContext, RoundContext]:
+    """The same jobs and devices early, and much later: other work done (some jobs nearly
+    done), other service, other times received in the window."""
+    jobs = [view(f"j{i}", gang=1 + i % 2, t=float(i), steps=1e5, done=100.0 * i,
+                 attained=(("V100", 50.0 * i),), running_on="V100" if i < 3 else None,
+                 started=5.0) for i in range(6)]  # fmt: skip
+    table = {j.id: {"V100": 3.0 + k, "P100": 2.0, "K80": 1.0 + k / 10} for k, j in enumerate(jobs)}
+    capacity = {"V100": 3, "P100": 2, "K80": 4}
+    now = round_context(jobs, table, capacity, now=100.0)
+    now.window = Window(1920.0)
+    later = [replace(j, done=99_000.0 if k % 3 == 0 else j.done + 500.0,
+                     attained=(("P100", 9000.0 * k),)) for k, j in enumerate(jobs)]  # fmt: skip
+    then = round_context(later, table, capacity, now=50_000.0)
+    then.window = Window(1920.0)
+    then.window.time = {(j.id, "K80"): 300.0 for j in jobs}
+    return now, then
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_POLICIES))
+def test_a_timeless_policys_allocation_reads_neither_the_time_nor_the_progress(name: str) -> None:
+    """A policy that says its allocation does not read the time (its rounds may keep it,
+    see ``RoundScheduler._stands``) gives the same allocation much later, with other work
+    done and other times received; policies that read them give another here (so the
+    contexts differ where a policy could see it)."""
+    now, then = _now_and_later()
+    same = ROUND_POLICIES[name]().allocate(now) == ROUND_POLICIES[name]().allocate(then)
+    if name in TIMELESS:
+        assert same
+    elif name in ("finish-time-fair", "hetero-jct", "min-makespan"):
+        assert not same
 
 
 def _three() -> tuple[RoundContext, list[Unit]]:
