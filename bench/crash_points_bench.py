@@ -210,11 +210,13 @@ class Planned:
 MARKS = "@MARKS@"  # in a planned command: the point's own folder of marks
 
 
-def workload(size: str, seed: int) -> list[Planned]:
+def workload(size: str, seed: int, retry_backoff_s: float | None = None) -> list[Planned]:
     """The scripted workload, ``full`` or ``small`` (no second stage, no input job: a
     gang, a fault, a retry, a plain failure and a cancel), seeded: task lengths and the
-    order of the first stage's submissions."""
+    order of the first stage's submissions. ``retry_backoff_s``: the first retry wait of
+    the jobs that fail on their own (``RetrySpec.backoff_s``; None: its default)."""
     rng = random.Random(seed)
+    retry = {} if retry_backoff_s is None else {"retry": {"backoff_s": retry_backoff_s}}
 
     def nap() -> str:
         return rng.choice(["0.05", "0.1", "0.15"])
@@ -229,8 +231,8 @@ def workload(size: str, seed: int) -> list[Planned]:
             1,
             "succeeded",
         ),
-        Planned({"name": "r0", "run": once, "max_retries": 2}, 1, "succeeded"),
-        Planned({"name": "x0", "run": "exit 4", "max_retries": 1}, 1, "failed"),
+        Planned({"name": "r0", "run": once, "max_retries": 2, **retry}, 1, "succeeded"),
+        Planned({"name": "x0", "run": "exit 4", "max_retries": 1, **retry}, 1, "failed"),
         Planned({"name": FAULT, "run": "sleep 0.5", "max_retries": 2}, 1, "succeeded"),
     ]
     first.append(Planned({"name": CANCEL, "run": "sleep 3", "priority": 5}, 1, "cancelled"))
@@ -500,6 +502,7 @@ class CrashPointsConfig:
     seed: int = 1
     point_timeout_s: float = 120.0
     keep: bool = False  # keep every point's folder (default: only failed ones)
+    retry_backoff_s: float | None = None  # the retried jobs' first wait (None: the default)
 
 
 @dataclass
@@ -657,7 +660,7 @@ def run_crash_points(
     is told how many points there will be, ``advance`` each point's result as it ends."""
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
-    plan = workload(cfg.workload, cfg.seed)
+    plan = workload(cfg.workload, cfg.seed, cfg.retry_backoff_s)
     report = CrashPointsReport(config=asdict(cfg))
     root = work / "points"
     root.mkdir(exist_ok=True)
