@@ -345,18 +345,17 @@ def test_a_service_serves_from_replicas_on_ray_nodes_through_its_router(
 
 @pytest.mark.slow
 def test_a_preempted_ddp_job_resumes_across_ray_nodes_from_its_checkpoint(
-    cluster: Any, tmp_path: Path
+    cluster: Any, tmp_path: Path, ddp_single: dict[str, Any]
 ) -> None:
     # issue 23's acceptance on Ray: the DDP example's 4 ranks on n1 and n2 (3 + 2 L4s),
     # preempted by a more important job and resumed; rank 0 saved on its node and every
     # rank of the resumed gang loads the same checkpoint, on whichever node it runs
     pytest.importorskip("torch")
-    from tests.runtime.test_train_example import assert_resumed, preempted_once, run_single
+    from tests.runtime.test_train_example import assert_resumed, preempted_once
 
     options = RayOptions(address=cluster.address, kill_grace_s=0.5)
     got, (first, second), _ = preempted_once("per-device", tmp_path, ray=options)
-    single = run_single(tmp_path)
-    assert_resumed(got, first, second, single)
+    assert_resumed(got, first, second, ddp_single)
 
 
 def test_outputs_reach_consumers_on_other_nodes_as_ray_objects(
