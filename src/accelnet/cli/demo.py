@@ -215,7 +215,7 @@ def demo(
     ] = None,
     out: Annotated[Path, typer.Option(help="where the outputs go")] = Path("accelnet-demo"),
     as_json: Annotated[bool, typer.Option("--json", help="a JSON summary for scripts")] = False,
-    quick: Annotated[bool, typer.Option(help="small sizes (seconds)")] = False,
+    quick: Annotated[bool, typer.Option(help="small sizes, a 4 s load ramp (seconds)")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 600.0,
     backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "local",
     ray_address: Annotated[str | None, typer.Option(help=ADDRESS_HELP + " (the default)")] = None,
@@ -270,7 +270,7 @@ def _demo(
             live.update(_table(run, emulated, title))
         records = {name: job.record for name, job in run.jobs.items()}
         loss_plot = run.finish_training()
-        service = _service_phase(cluster, console, 8.0 if quick else 12.0, start, timeout)
+        service = _service_phase(cluster, console, 4.0 if quick else 12.0, start, timeout)
     ok = all(r.state.value == "succeeded" for r in records.values()) and not service["failed"]
     report = find_report(records["video-pipeline"].result)
     if report is not None:
