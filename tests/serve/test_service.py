@@ -28,6 +28,9 @@ GOAL_MS = 1000.0  # generous: a loaded 2-core machine must meet it too
 SPEC: dict[str, Any] = {
     "name": "digits",
     "run": f"{sys.executable} -m accelnet.workloads.digits_service --base-ms 20",
+    # one compute thread per replica, as torchrun sets for its ranks: three replicas (torch
+    # or BLAS), each spinning a thread per core, starved each other's start on 2 cores
+    "env": {"OMP_NUM_THREADS": "1"},
     "resources": {"accelerators": {"any_of": ["H100-SXM", "L4", "T4"], "count": 1}},
     "replicas": {"min": 1, "max": 3},
     "goal": {"p95_ms": GOAL_MS, "target_inflight": 1},
@@ -145,7 +148,7 @@ def test_a_rolling_update_under_load_fails_no_request(tmp_path: Path) -> None:
         load = Load(svc.url, clients=4, budget=100_000)
         load.start()
         wait_for(lambda: len(load.codes) >= 40, "the load to get going")
-        v2 = ServiceSpec.model_validate({**two, "env": {"SERVICE_VERSION": "2"}})
+        v2 = ServiceSpec.model_validate({**two, "env": {**SPEC["env"], "SERVICE_VERSION": "2"}})
         assert svc.update(v2) == 2
         wait_for(lambda: not svc.updating(), "the update to finish")
         done_at = time.monotonic()
