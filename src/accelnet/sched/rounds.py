@@ -383,7 +383,7 @@ class RoundScheduler(Scheduler):
             # jobs being stopped are planned too: they hold devices now and will requeue
             ctx = self._context(jobs + stopping_views, info, w)
             self._planned = (
-                _Planned(ctx, dict(w.tenants), info.rates, running_plan(ctx))
+                _Planned(ctx, dict(w.tenants), info.rates)
                 if not queued and not stopping_views
                 else None
             )
@@ -424,7 +424,7 @@ class RoundScheduler(Scheduler):
         making a context, an allocation or a plan. If so the plan is set (each job on its
         model, as :meth:`_replan` would set it); if not, nothing changes."""
         last = self._planned
-        if last is None or self._mate or self.policy.packs:
+        if last is None or self._mate or self.policy.packs or not self._holds(info.now):
             return False
         ctx = last.ctx
         if len(ctx.jobs) != len(running) or any(
@@ -433,15 +433,14 @@ class RoundScheduler(Scheduler):
             return False
         if info.rates is not last.rates or w.tenants != last.tenants:
             return False
-        if not self._holds(info.now) or self._capacity(w) != ctx.capacity:
-            return False
-        if last.plan is None:
+        plan = last.standing()
+        if plan is None or self._capacity(w) != ctx.capacity:
             return False  # not every job runs whole where it may stay (see running_plan)
         if self.policy.preemptive:
             now = replace(ctx, info=info)  # a new memo: the time has moved
-            if not leads_home(last.plan, self.policy.first_units(now, self._x)):
+            if not leads_home(plan, self.policy.first_units(now, self._x)):
                 return False
-        self._plan, self._mate, self._fixed = dict(last.plan), {}, frozenset()
+        self._plan, self._mate, self._fixed = dict(plan), {}, frozenset()
         return True
 
     def _holds(self, now: float) -> bool:
@@ -470,7 +469,9 @@ class RoundScheduler(Scheduler):
         units = self.policy.order_units(ctx, self._x) if preemptive else None
         if not waiting and not self.policy.packs and not self._mate:
             last = self._planned
-            standing = last.plan if last is not None and last.ctx is ctx else running_plan(ctx)
+            standing = (
+                last.standing() if last is not None and last.ctx is ctx else running_plan(ctx)
+            )
             if standing is not None and (units is None or leads_home(standing, units)):
                 self._plan, self._mate, self._fixed = dict(standing), {}, frozenset()
                 return
@@ -787,17 +788,25 @@ class RoundScheduler(Scheduler):
         return pair
 
 
-@dataclass(frozen=True, slots=True)
 class _Planned:
     """What a round scheduler's last plan was made from: its context, the tenants (a
-    copy) and the rate function, and the plan in which every job of the context stays
-    where it runs, if it may (:func:`~accelnet.sched.roundplan.running_plan`: the order
-    aside, it reads only these). See :meth:`RoundScheduler._stands`."""
+    copy) and the rate function; and, found when first asked, the plan in which every
+    job of the context stays where it runs, if it may
+    (:func:`~accelnet.sched.roundplan.running_plan`: the order aside, it reads only
+    these). See :meth:`RoundScheduler._stands`."""
 
-    ctx: RoundContext
-    tenants: dict[str, Tenant]
-    rates: RateFn
-    plan: dict[str, str] | None
+    __slots__ = ("_found", "_plan", "ctx", "rates", "tenants")
+
+    def __init__(self, ctx: RoundContext, tenants: dict[str, Tenant], rates: RateFn) -> None:
+        self.ctx, self.tenants, self.rates = ctx, tenants, rates
+        self._plan: dict[str, str] | None = None
+        self._found = False
+
+    def standing(self) -> dict[str, str] | None:
+        """Each job of the context on the model it runs on, or None (see above)."""
+        if not self._found:
+            self._plan, self._found = running_plan(self.ctx), True
+        return self._plan
 
 
 def _restricted(x: Allocation, active: frozenset[str]) -> Allocation:
