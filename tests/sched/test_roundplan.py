@@ -289,3 +289,36 @@ def test_a_simulation_decides_the_same_with_and_without_standing_plans(
     assert (rounds_stood[0] > 0) == quiet
     monkeypatch.setattr(rounds, "running_plan", lambda ctx: None)  # no plan ever stands
     assert run() == with_standing
+
+
+@pytest.mark.parametrize("name", ["hetero-fair", "finish-time-fair", "min-makespan", "hetero-jct"])
+def test_a_round_after_every_job_left_and_came_back_is_planned_anew(name: str) -> None:
+    """Decisions on snapshots: two jobs run, a decision with no job at all, then the same
+    job views again. The jobs changed since the last plan, so the round after is planned
+    (with a re-allocation interval the allocation is stale and re-solved when due), as when
+    rounds never stand."""
+    from accelnet.sched import JobState, Snapshot, rounds
+    from tests.sched.test_rounds import fabric, job, rates_of
+
+    fab = fabric(("v", "1xV100"), ("k", "1xK80"))
+    table = {"a": {"V100": 3.0, "K80": 1.0}, "b": {"V100": 1.0, "K80": 2.0}}
+
+    def run(quiet: bool) -> list[tuple[object, ...]]:
+        sched = rounds.RoundScheduler(ROUND_POLICIES[name](), round_s=10.0,
+                                      rates=rates_of(table), min_reallocation_s=100.0)  # fmt: skip
+        if not quiet:
+            sched._stands = lambda *args: False  # type: ignore[method-assign]
+        views = [job(n, 0.0, steps=1e6) for n in "ab"]
+        first = sched.decide(Snapshot.all_ready(fab, tuple(views), now=0.0))
+        placed = {s.job: s.placement for s in first.starts}
+        running = tuple(replace(v, state=JobState.RUNNING, placement=placed[v.id],
+                                started_at=0.0, attempts=1) for v in views)  # fmt: skip
+        sched.decide(Snapshot.all_ready(fab, running, now=10.0))
+        sched.decide(Snapshot.all_ready(fab, (), now=11.0))
+        out: list[tuple[object, ...]] = []
+        for t in (20.0, 120.0):
+            d = sched.decide(Snapshot.all_ready(fab, running, now=t))
+            out.append((d.starts, d.preemptions, d.time_shares, sched._stale, sched._solved_at))
+        return out
+
+    assert run(quiet=True) == run(quiet=False)

@@ -220,6 +220,7 @@ class RoundPolicy(ABC):
         if (
             cls.order is not RoundPolicy.order
             or cls.order_units is not RoundPolicy.order_units
+            or cls._gavel is not RoundPolicy._gavel
             or isinstance(x, PackedAllocation)
         ):
             return self.order_units(ctx, x)
@@ -366,6 +367,7 @@ class RoundScheduler(Scheduler):
         waiting: dict[str, Reason] = dict.fromkeys(w.pending, AWAITING_ADMISSION)
         if not jobs:
             self._plan, self._mate, self._active = {}, {}, frozenset()
+            self._planned = None  # the jobs changed: the next round's plan is made
             return Decision((), (), waiting, {})
         round_no = math.floor(info.now / self.round_s)
         self.window.advance(info.now, running)

@@ -49,6 +49,8 @@ class _Ranked(RoundPolicy):
     def first_units(self, ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
         """Each job's first unit in :meth:`order`, whatever its key: its fastest model (the
         first of equal rates), found without the keys or the sort."""
+        if type(self).order is not _Ranked.order:
+            return self.order_units(ctx, x)
         out: list[tuple[tuple[str, ...], str]] = []
         for job in ctx.jobs:
             rates = ctx.tput[job.id]
