@@ -235,14 +235,8 @@ class RoundPolicy(ABC):
         pos_of: dict[str, int] = {}
         for pos, job in enumerate(ctx.jobs):
             pos_of[job.id] = pos
-            for model, rate in ctx.tput[job.id].items():
-                share = alone.get(job.id, {}).get(model, 0.0)
-                if share > 1e-9:
-                    got = ctx.received(job, model)
-                    prio = share / got if got > 1e-9 else math.inf
-                    ranked.append(((0.0, -prio, -share, pos), (job.id,), model))
-                elif rate > 0:
-                    ranked.append(((1.0, float(pos), -rate, 0.0), (job.id,), model))
+            unit = (job.id,)
+            ranked += [(key, unit, model) for key, model in _alone_keys(ctx, alone, pos, job)]
         if isinstance(x, PackedAllocation):
             views = {j.id: j for j in ctx.jobs}
             for (a, b), shares in x.pairs.items():
@@ -260,30 +254,43 @@ def _first(entry: tuple[tuple[float, ...], tuple[str, ...], str]) -> tuple[float
     return entry[0]
 
 
+def _alone_keys(
+    ctx: RoundContext, alone: Allocation, pos: int, job: JobView
+) -> list[tuple[tuple[float, ...], str]]:
+    """Gavel's key of each unit of ``job`` alone (its position ``pos`` in the jobs), with
+    its model, in the order of its rates (see :meth:`RoundPolicy.order`)."""
+    mine = alone.get(job.id, {})
+    out: list[tuple[tuple[float, ...], str]] = []
+    for model, rate in ctx.tput[job.id].items():
+        share = mine.get(model, 0.0)
+        if share > 1e-9:
+            got = ctx.received(job, model)
+            prio = share / got if got > 1e-9 else math.inf
+            out.append(((0.0, -prio, -share, pos), model))
+        elif rate > 0:
+            out.append(((1.0, float(pos), -rate, 0.0), model))
+    return out
+
+
 def _gavel_firsts(ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
     """Each job's first unit in Gavel's order of jobs alone (:meth:`RoundPolicy.order`):
-    its unit of the least key of :meth:`RoundPolicy._gavel`, the earliest of equal keys
-    (the order's sort is stable), in the order of the jobs."""
+    its unit of the least key, the earliest of equal keys (``min`` keeps the first, as the
+    order's stable sort does), in the order of the jobs."""
     out: list[tuple[tuple[str, ...], str]] = []
     for pos, job in enumerate(ctx.jobs):
-        mine = x.get(job.id, {})
-        best: tuple[float, ...] | None = None
-        first = ""
-        for model, rate in ctx.tput[job.id].items():
-            share = mine.get(model, 0.0)
-            if share > 1e-9:
-                got = ctx.received(job, model)
-                prio = share / got if got > 1e-9 else math.inf
-                key: tuple[float, ...] = (0.0, -prio, -share, pos)
-            elif rate > 0:
-                key = (1.0, float(pos), -rate, 0.0)
-            else:
-                continue
-            if best is None or key < best:
-                best, first = key, model
-        if best is not None:
-            out.append(((job.id,), first))
+        keys = _alone_keys(ctx, x, pos, job)
+        if keys:
+            out.append(((job.id,), _least(keys)))
     return out
+
+
+def _least(keys: list[tuple[tuple[float, ...], str]]) -> str:
+    """The model of the least key, the first of equal keys."""
+    best, model = keys[0]
+    for key, m in keys[1:]:
+        if key < best:
+            best, model = key, m
+    return model
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +381,7 @@ class RoundScheduler(Scheduler):
         new_round = round_no != self._round
         if new_round and not queued and not stopping_views and self._stands(running, info, w):
             self._round = round_no  # every job runs on as planned: nothing to stop or start
-            return Decision((), (), waiting, {j: dict(m) for j, m in self._x.items()})
+            return Decision((), (), waiting, self._shares())
         # who runs packed with whom: a policy that packs needs it at every decision; any
         # other only at a round boundary, to stop pairs left by a policy that packed
         mates_now = current_mates(running) if self.policy.packs or new_round else {}
@@ -416,8 +423,11 @@ class RoundScheduler(Scheduler):
             and not quotas
         ):  # a move is not checked against quotas: none when there are
             preemptions += self._upgrades(running, info, w)
-        shares = {j: dict(m) for j, m in self._x.items()}
-        return Decision(tuple(starts), tuple(preemptions), waiting, shares)
+        return Decision(tuple(starts), tuple(preemptions), waiting, self._shares())
+
+    def _shares(self) -> dict[str, dict[str, float]]:
+        """The decision's time shares: a copy of the allocation."""
+        return {j: dict(m) for j, m in self._x.items()}
 
     def _stands(self, running: Sequence[JobView], info: JobInfo, w: Walk) -> bool:
         """A round begins with every job running (none queued or being stopped): whether
@@ -452,8 +462,13 @@ class RoundScheduler(Scheduler):
         re-allocation interval, unless a re-solve is due."""
         if self.min_reallocation_s <= 0:
             return self.policy.timeless
+        return not self._due(now)  # (no device model is gone: the devices are the same)
+
+    def _due(self, now: float) -> bool:
+        """With a re-allocation interval: whether the allocation is solved at ``now`` (never
+        solved, or the jobs or devices changed since and the interval has passed)."""
         last = self._solved_at
-        return last is not None and not (self._stale and now - last >= self.min_reallocation_s)
+        return last is None or (self._stale and now - last >= self.min_reallocation_s)
 
     def _replan(
         self,
@@ -469,11 +484,10 @@ class RoundScheduler(Scheduler):
         When every job runs, most plans leave each where it is: found without making the
         plan (:func:`~accelnet.sched.roundplan.standing_plan`), the same plan."""
         units = self.policy.order_units(ctx, self._x) if preemptive else None
-        if not waiting and not self.policy.packs and not self._mate:
-            last = self._planned
-            standing = (
-                last.standing() if last is not None and last.ctx is ctx else running_plan(ctx)
-            )
+        planned = self._planned  # this context's, when no job is waiting (see walk)
+        if planned is not None and not self.policy.packs and not self._mate:
+            assert planned.ctx is ctx and not waiting
+            standing = planned.standing()
             if standing is not None and (units is None or leads_home(standing, units)):
                 self._plan, self._mate, self._fixed = dict(standing), {}, frozenset()
                 return
@@ -518,7 +532,7 @@ class RoundScheduler(Scheduler):
         schedulable device left; meanwhile the last allocation stands, the jobs no longer
         active dropped, and jobs that arrived since have none (they take what the
         allocated jobs leave: see :meth:`RoundPolicy.order`)."""
-        now, last = ctx.info.now, self._solved_at
+        now = ctx.info.now
         if self.min_reallocation_s <= 0:
             self._x = self.policy.allocate(ctx)
             return
@@ -526,7 +540,7 @@ class RoundScheduler(Scheduler):
             self._stale = True
         gone = bool(self._room) and not self._room.keys() <= ctx.capacity.keys()
         self._room = dict(ctx.capacity)
-        if last is None or gone or (self._stale and now - last >= self.min_reallocation_s):
+        if gone or self._due(now):
             self._x = self.policy.allocate(ctx)
             self._solved_at, self._stale = now, False
         elif self._stale:
