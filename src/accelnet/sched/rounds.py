@@ -235,8 +235,14 @@ class RoundPolicy(ABC):
         pos_of: dict[str, int] = {}
         for pos, job in enumerate(ctx.jobs):
             pos_of[job.id] = pos
-            unit = (job.id,)
-            ranked += [(key, unit, model) for key, model in _alone_keys(ctx, alone, pos, job)]
+            for model, rate in ctx.tput[job.id].items():
+                share = alone.get(job.id, {}).get(model, 0.0)
+                if share > 1e-9:
+                    got = ctx.received(job, model)
+                    prio = share / got if got > 1e-9 else math.inf
+                    ranked.append(((0.0, -prio, -share, pos), (job.id,), model))
+                elif rate > 0:
+                    ranked.append(((1.0, float(pos), -rate, 0.0), (job.id,), model))
         if isinstance(x, PackedAllocation):
             views = {j.id: j for j in ctx.jobs}
             for (a, b), shares in x.pairs.items():
@@ -254,43 +260,33 @@ def _first(entry: tuple[tuple[float, ...], tuple[str, ...], str]) -> tuple[float
     return entry[0]
 
 
-def _alone_keys(
-    ctx: RoundContext, alone: Allocation, pos: int, job: JobView
-) -> list[tuple[tuple[float, ...], str]]:
-    """Gavel's key of each unit of ``job`` alone (its position ``pos`` in the jobs), with
-    its model, in the order of its rates (see :meth:`RoundPolicy.order`)."""
-    mine = alone.get(job.id, {})
-    out: list[tuple[tuple[float, ...], str]] = []
-    for model, rate in ctx.tput[job.id].items():
-        share = mine.get(model, 0.0)
-        if share > 1e-9:
-            got = ctx.received(job, model)
-            prio = share / got if got > 1e-9 else math.inf
-            out.append(((0.0, -prio, -share, pos), model))
-        elif rate > 0:
-            out.append(((1.0, float(pos), -rate, 0.0), model))
-    return out
-
-
 def _gavel_firsts(ctx: RoundContext, x: Allocation) -> list[tuple[tuple[str, ...], str]]:
     """Each job's first unit in Gavel's order of jobs alone (:meth:`RoundPolicy.order`):
-    its unit of the least key, the earliest of equal keys (``min`` keeps the first, as the
-    order's stable sort does), in the order of the jobs."""
+    its unit of the least key of :meth:`RoundPolicy._gavel`, the earliest of equal keys
+    (the order's sort is stable), in the order of the jobs. The keys are those of
+    ``_gavel``, written out again on purpose: it runs at every round that may stand, and a
+    shared helper made it 1.3x dearer (tests/sched/test_roundplan.py holds the two to the
+    same first units)."""
     out: list[tuple[tuple[str, ...], str]] = []
     for pos, job in enumerate(ctx.jobs):
-        keys = _alone_keys(ctx, x, pos, job)
-        if keys:
-            out.append(((job.id,), _least(keys)))
+        mine = x.get(job.id, {})
+        best: tuple[float, ...] | None = None
+        first = ""
+        for model, rate in ctx.tput[job.id].items():
+            share = mine.get(model, 0.0)
+            if share > 1e-9:
+                got = ctx.received(job, model)
+                prio = share / got if got > 1e-9 else math.inf
+                key: tuple[float, ...] = (0.0, -prio, -share, pos)
+            elif rate > 0:
+                key = (1.0, float(pos), -rate, 0.0)
+            else:
+                continue
+            if best is None or key < best:
+                best, first = key, model
+        if best is not None:
+            out.append(((job.id,), first))
     return out
-
-
-def _least(keys: list[tuple[tuple[float, ...], str]]) -> str:
-    """The model of the least key, the first of equal keys."""
-    best, model = keys[0]
-    for key, m in keys[1:]:
-        if key < best:
-            best, model = key, m
-    return model
 
 
 @dataclass(frozen=True, slots=True)
