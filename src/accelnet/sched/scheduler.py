@@ -307,7 +307,10 @@ class Scheduler:
         tenant's jobs of its shape number at once, with the capacity's reason
         (:class:`Failed`): a decision costs the shape numbers it visits, not the tenants.
 
-        Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back."""
+        Changes ``w.index`` and ``w.usage``; a caller that keeps them rolls back. The
+        reasons written when read (:class:`Reasons`) read ``w.index`` as the walk left it:
+        a caller that changes it while the decision may still be read calls
+        :meth:`Reasons.freeze` first."""
         topo, index = w.topo, w.index
         run = _WalkState(
             index,
@@ -325,7 +328,6 @@ class Scheduler:
             failed = w.failed if w.failed is not None else Failed(w.tenants)
         assert w.everyone is None or failed is not None, "a merged queue needs pruning"
         tail: Sequence[JobView] = ()
-        final: CapacityIndex | None = index
         jobs = iter(w.ordered)
         cap: Reason | None = None
         reserve = self.reserve_after_s if w.info is not None else None
@@ -337,7 +339,6 @@ class Scheduler:
                 # nothing is free and nothing can be freed: every later job waits; their
                 # reasons are written when read (a long queue stays cheap per decision)
                 tail = w.rest(job) if w.rest is not None else [job, *jobs]
-                final = index.frozen() if w.keep_index else index
                 break
             _, never, base, number = self._entry(job, topo)
             until: float | None = None  # when its wait for its preferred level ends
@@ -369,7 +370,7 @@ class Scheduler:
                 reserve, again = self._starving(job, base, run, reason, (now, again), number,
                                                 no_hold)  # fmt: skip
         self._forget(w.queued, w.queued_ids)
-        reasons = self._reasons(w, run, tail, final, failed or Failed(w.tenants))
+        reasons = self._reasons(w, run, tail, index, failed or Failed(w.tenants))
         return Decision(
             tuple(run.starts), tuple(run.preemptions), reasons, w.time_shares, run.nominations,
             again_at=None if again == math.inf else again,

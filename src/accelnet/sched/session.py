@@ -53,7 +53,7 @@ from accelnet.sched.reasons import (
     no_capacity,
 )
 from accelnet.sched.scheduler import Quota, Scheduler, charge, uncharge
-from accelnet.sched.shortcuts import Failed, Walk, merge_shapes
+from accelnet.sched.shortcuts import Failed, Reasons, Walk, merge_shapes
 from accelnet.sched.snapshot import Decision, JobView, Snapshot, Tenant
 
 _HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
@@ -97,6 +97,8 @@ class Session:
         self.progress: ProgressFn | None = None  # the backend's progress reports, if any
         self._tails: weakref.WeakSet[_QueueTail] = weakref.WeakSet()  # read from the queue
         self._unseen: set[str] = set()  # jobs queued since the last decision (see reason)
+        # the last decision's reasons, which read the index as it is (see _thaw)
+        self._reader: weakref.ref[Reasons] | None = None
 
     # ----- events ---------------------------------------------------------------------
     def put(self, job: JobView) -> None:
@@ -178,6 +180,7 @@ class Session:
         """The free capacity now (device changes are applied to it when it is read, so a
         device that goes through several states between decisions costs one update)."""
         if self._stale:
+            self._thaw()
             index, used, states = self._index, self._used, self._states
             devices: list[tuple[str, int, bool]] = []
             for dev in self._stale:
@@ -266,9 +269,10 @@ class Session:
                 ordered = scheduler.merge_listed(listed, self.topo, failed)
                 everyone = lambda: listed  # noqa: E731
         index = self.index
+        self._thaw()
         mark = index.mark()
         try:
-            return scheduler.walk(
+            decision = scheduler.walk(
                 Walk(
                     topo=self.topo,
                     tenants=self.tenants,
@@ -281,7 +285,6 @@ class Session:
                     queued=len(self._queue) + len(self._queued),
                     queued_ids=self._queued_ids,
                     time_shares=shares,
-                    keep_index=True,
                     rest=self._rest if self._keyed else None,
                     info=JobInfo(now, scheduler.rates, self.progress),
                     failed=failed,
@@ -292,6 +295,20 @@ class Session:
             # device changed is set from what jobs hold (a start the caller applies as it
             # was decided costs nothing more; one it does not is undone)
             self._stale.update(index.keep(mark))
+        if isinstance(decision.waiting, Reasons):
+            self._reader = weakref.ref(decision.waiting)
+        return decision
+
+    def _thaw(self) -> None:
+        """The index is about to change: the last decision's reasons, if still alive and
+        reading it as it was, get a copy of it (a decision let go before then costs no
+        copy: the controller keeps only the reasons written during it). Only the last
+        decision's can read it: each decision thaws the one before."""
+        if self._reader is not None:
+            reasons = self._reader()
+            if reasons is not None:
+                reasons.freeze(self._index)
+            self._reader = None
 
     def _quota_usage(self) -> dict[str, dict[str, int]]:
         """A copy of the tenants' use for a decision: only that of tenants under a quota

@@ -33,8 +33,7 @@ class Walk:
     ``usage``: tenant -> device model (and ``*``) -> share units held; ``held``: the queued
     jobs with nominated devices, in queue order; ``ordered``: the queued jobs in the
     ordering policy's order (any iterable: it is read once, as far as needed);
-    ``keep_index``: the caller keeps ``index`` after the decision, so lazy reasons read a
-    copy of it; ``rest``: the queue from a job on (by default what is left of
+    ``rest``: the queue from a job on (by default what is left of
     ``ordered``), for the reasons of a full fabric's queue tail. A caller may give
     ``ordered`` as per-shape queues merged (:func:`merge_shapes`), dropping a shape once
     it is in ``failed`` (the dict the walk fills); then ``everyone`` gives every queued
@@ -52,7 +51,6 @@ class Walk:
     queued: int
     queued_ids: Callable[[], Iterable[str]]
     time_shares: Mapping[str, Mapping[str, float]] | None = None
-    keep_index: bool = False
     rest: Callable[[JobView], Sequence[JobView]] | None = None
     info: JobInfo | None = None  # rates, service and progress at the decision's time
     failed: Failed | None = None  # the shapes that failed, filled by the walk
@@ -182,6 +180,13 @@ class Reasons(Mapping[str, Reason]):
                req.memory_gb, req.per_host)  # fmt: skip
         why = self._shapes.get(key) or self._shapes.setdefault(key, explain(req, self._index))
         return no_capacity(why, over)
+
+    def freeze(self, index: CapacityIndex) -> None:
+        """``index`` is about to change: if the reasons not yet written read it, they read
+        a copy of it as it is now from here on (a caller that keeps the decision's index
+        calls this first, so a decision let go before then never copies it)."""
+        if self._index is index:
+            self._index = index.frozen()
 
     @property
     def eager(self) -> Mapping[str, Reason]:
