@@ -56,6 +56,7 @@ ENV_KEYS = (
     "ACCELNET_EMULATED",
     "ACCELNET_SCRATCH",
     "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
     "EXTRA",
 )
 
@@ -274,6 +275,7 @@ class BackendContract:
             assert env["ACCELNET_JOB"] == "job1"
             assert env["ACCELNET_EMULATED"] == "1"
             assert env["CUDA_VISIBLE_DEVICES"] == ""  # emulated: no real GPU is visible
+            assert env["OMP_NUM_THREADS"] == "1"  # no cores asked for: one OpenMP thread
             assert env["EXTRA"] == "x"
             assert env["PATH"] == os.environ["PATH"]  # the parent's environment underneath
             assert Path(env["ACCELNET_SCRATCH"]).is_dir()

@@ -25,11 +25,11 @@ hosts:
      network: leaf0}
 """
 
-# what a task sees: its CPU affinity and the accelerators it was given
+# what a task sees: its CPU affinity, the accelerators it was given, its OpenMP threads
 PROBE = (
     f'{sys.executable} -c "import os; print(len(os.sched_getaffinity(0)), '
-    "repr(os.environ.get('CUDA_VISIBLE_DEVICES')), repr(os.environ.get('ACCELNET_DEVICE')))\" "
-    "> {out}"
+    "repr(os.environ.get('CUDA_VISIBLE_DEVICES')), repr(os.environ.get('ACCELNET_DEVICE')), "
+    "os.environ.get('OMP_NUM_THREADS'))\" > {out}"
 )
 
 needs_affinity = pytest.mark.skipif(
@@ -64,9 +64,10 @@ def test_a_cpu_only_job_runs_on_its_host_pinned_and_without_accelerators(
         assert host in {"node0", "node1"} and (cpus, gb) == (1.0, 2.0)
         placed = [e.detail for e in cluster.store.events(rec.id) if e.kind == "job:starting"]
         assert placed == [f"placed on host {host} (1 CPUs, 2 GB)"]
-    cores, visible, device = out.read_text().split()
+    cores, visible, device, threads = out.read_text().split()
     assert int(cores) == 1  # pinned to the one core it asked for
     assert visible == device == "''"  # no accelerator, though it ran beside an L4's worker
+    assert threads == "1"  # OpenMP runs a thread per core it asked for
 
 
 @needs_affinity
@@ -80,9 +81,52 @@ def test_a_gpu_job_asking_for_cores_is_pinned_to_that_many(fabric: str, tmp_path
         rec = job.wait(120)
         assert rec.state is JobState.SUCCEEDED, rec.error
         assert rec.placement is not None and rec.placement.hosts[0][1:] == (2.0, 0.0)
-    cores, _, device = out.read_text().split()
+    cores, _, device, threads = out.read_text().split()
     assert int(cores) == min(2, machine)
     assert device.strip("'").startswith("node")  # its L4
+    assert threads == "2"
+
+
+def test_openmp_threads_follow_the_cores_asked_for_unless_the_job_sets_them(
+    fabric: str, tmp_path: Path
+) -> None:
+    """A task that asked for no cores gets one OpenMP thread, not one per core of the
+    machine (Ray's and torchrun's default), whatever the backend's own environment says;
+    a fraction of a core rounds down; a job's own env wins."""
+    cases = {
+        "none": ({"accelerators": "L4:1"}, {}, "1"),
+        "half": ({"accelerators": "L4:1", "cpus": 2.5}, {}, "2"),
+        "own": ({"accelerators": "L4:1", "cpus": 2}, {"OMP_NUM_THREADS": "3"}, "3"),
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "7")  # the server's own: not the tasks'
+        with LocalCluster(fabric, workdir=tmp_path / "work") as cluster:
+            jobs = [
+                cluster.submit_spec(
+                    spec(name=name, run=PROBE.format(out=tmp_path / name), resources=res, env=env)
+                )
+                for name, (res, env, _) in cases.items()
+            ]
+            for job in jobs:
+                rec = job.wait(120)
+                assert rec.state is JobState.SUCCEEDED, rec.error
+    for name, (_, _, want) in cases.items():
+        assert (tmp_path / name).read_text().split()[3] == want, name
+
+
+def test_a_task_launched_per_host_shares_its_cores_among_its_ranks() -> None:
+    from accelnet.runtime.backend import TaskSpec
+    from accelnet.runtime.local.taskenv import omp_threads, task_env_delta
+
+    def task(cpus: float, local: int) -> TaskSpec:
+        devices = tuple(f"h/gpu{i}" for i in range(local))
+        return TaskSpec("t", "j", 0, 1, "h/gpu0", devices, cpus=cpus,
+                        local_devices=devices if local > 1 else ())  # fmt: skip
+
+    assert [omp_threads(task(c, n)) for c, n in [(8, 4), (8, 1), (6, 4), (0, 4), (0.5, 1)]] == [
+        2, 8, 1, 1, 1,
+    ]  # fmt: skip
+    assert task_env_delta(task(8, 4))["OMP_NUM_THREADS"] == "2"
 
 
 def test_a_hosts_cores_bound_what_runs_there_at_once(fabric: str, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -150,11 +151,22 @@ def host_launch_env(node: int, nodes: Sequence[str], local_world: int) -> dict[s
     }
 
 
+def omp_threads(task: TaskSpec) -> int:
+    """``OMP_NUM_THREADS`` for ``task``: the cores it asked for (``cpus``, rounded down, at
+    least 1; shared among the processes of a task launched per host), or 1 if it asked for
+    none, as Ray sets it for its tasks and ``torchrun`` for its ranks: OpenMP, MKL and
+    OpenBLAS (numpy, torch, ...) otherwise start a thread per core of the machine in every
+    task, and a machine running many tasks is oversubscribed."""
+    per_process = task.cpus / max(1, len(task.local_devices))
+    return max(1, math.floor(per_process + 1e-9))
+
+
 def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What a task's environment adds to its worker's (which has the parent's environment
-    and :func:`device_env` from its start): the task's accelnet variables, its
-    ``rendezvous`` variables, the backend's ``extra`` (data hand-off, ``MASTER_ADDR`` and
-    ``MASTER_PORT``), then ``task.env``."""
+    and :func:`device_env` from its start): the task's accelnet variables,
+    ``OMP_NUM_THREADS`` (:func:`omp_threads`), its ``rendezvous`` variables, the backend's
+    ``extra`` (data hand-off, ``MASTER_ADDR`` and ``MASTER_PORT``), then ``task.env`` (a
+    job's own ``env`` sets ``OMP_NUM_THREADS`` otherwise)."""
     env = {
         "ACCELNET_JOB": task.job_id,
         "ACCELNET_TASK": task.task_id,
@@ -163,6 +175,7 @@ def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[
         "ACCELNET_ATTEMPT": str(task.attempt),
         "ACCELNET_DEVICES": ",".join(task.devices),
         "ACCELNET_DEVICE_SHARE": f"{task.share:g}",
+        "OMP_NUM_THREADS": str(omp_threads(task)),
         **task.rendezvous,
     }
     if task.local_devices:
