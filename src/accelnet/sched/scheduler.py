@@ -338,7 +338,10 @@ class Scheduler:
             if not index.free and search is None and not held:
                 # nothing is free and nothing can be freed: every later job waits; their
                 # reasons are written when read (a long queue stays cheap per decision)
-                tail = w.rest(job) if w.rest is not None else [job, *jobs]
+                if w.everyone is not None:  # the jobs not walked are read from everyone:
+                    tail = (job,)  # the tail only says that the walk stopped here
+                else:
+                    tail = w.rest(job) if w.rest is not None else [job, *jobs]
                 break
             _, never, base, number = self._entry(job, topo)
             until: float | None = None  # when its wait for its preferred level ends
