@@ -280,3 +280,36 @@ def test_a_job_a_decision_left_waiting_is_not_told_it_fits_what_is_free() -> Non
     decision = session.decide(5.0)
     assert "T" not in [s.job for s in decision.starts]
     assert code_of(session.reason("T")) is not WaitCode.AWAITING_DECISION
+
+
+@pytest.mark.parametrize("ordering", ["fifo", "priority"])
+def test_a_merging_session_walks_nominated_jobs_in_the_queues_order(ordering: str) -> None:
+    """A session that walks per-shape queues merged keeps no queue of every job; jobs that
+    come with nominated devices (a decision of another configuration made them, e.g.
+    before a restart) make it walk the whole queue, in order, as the full rescan does."""
+    fabric = FABRICS["mixed-lab"]
+    devices = sorted(fabric.devices)
+    n = len(devices)
+    session = Session(Scheduler(ordering), fabric, dict.fromkeys(devices, DeviceState.READY))
+
+    def view(i: int) -> JobView:
+        acc = "any:1" if i % 3 else "any:2"
+        job = spec(f"j{i}", acc, None, i % 4, "ab"[i % 2], False)
+        nominated = (devices[i % n],) if i % 7 == 3 else ()
+        return JobView(f"j{i}", job, JobState.ADMITTED, float(i), nominated=nominated)
+
+    views = {f"j{i}": view(i) for i in range(n + 9)}
+    for v in reversed(views.values()):
+        session.put(v)
+    assert session.queued() == n + 9
+    for now in (1.0, 2.0):
+        decision = session.decide(now)
+        full = Scheduler(ordering).decide(session.snapshot(now))
+        same(decision, full)
+        assert list(decision.waiting) == list(full.waiting)
+        assert decision.starts or now > 1.0
+        for s in decision.starts:
+            views[s.job] = replace(views[s.job], state=JobState.RUNNING, placement=s.placement,
+                                   nominated=())  # fmt: skip
+            session.put(views[s.job])
+    assert session.queued() == sum(v.state is JobState.ADMITTED for v in views.values()) > 0

@@ -24,6 +24,7 @@ never changes after the fact and one nobody keeps costs nothing.
 
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
@@ -86,7 +87,10 @@ class Session:
         self._usage: dict[str, dict[str, int]] = {}
         policy = scheduler.ordering
         self._keyed = type(policy).key is not OrderingPolicy.key
+        # the queue in the policy's order: kept for a keyed policy unless _merge (then the
+        # per-shape queues are the queue, merged when read whole: _in_order)
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
+        self._keyed_jobs = 0  # how many queued jobs a keyed policy has
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._numbers: dict[int, _ShapeQueues] = {}  # per shape number, kept when _merge
         self._tenant_jobs: dict[str, int] = {}  # queued jobs per tenant, kept when _merge
@@ -120,10 +124,11 @@ class Session:
             self._pending[job.id] = None
         elif job.state is JobState.ADMITTED:
             self._unseen.add(job.id)
-            if self._keyed:
-                self._queue.add(job)
-            else:
+            if not self._keyed:
                 self._queued[job.id] = job
+            elif not self._merge:
+                self._queue.add(job)
+            self._keyed_jobs += self._keyed
             if self._merge:
                 number = self.scheduler.shape(job, self.topo)[1]
                 mine = self._numbers.get(number)
@@ -151,10 +156,11 @@ class Session:
         self._pending.pop(job_id, None)
         self._nominated.pop(job_id, None)
         if old.state is JobState.ADMITTED:
-            if self._keyed:
-                self._queue.remove(old)
-            else:
+            if not self._keyed:
                 del self._queued[job_id]
+            elif not self._merge:
+                self._queue.remove(old)
+            self._keyed_jobs -= self._keyed
             if self._merge:
                 number = self.scheduler.shape(old, self.topo)[1]
                 if self._numbers[number].remove(old):
@@ -223,7 +229,7 @@ class Session:
     # ----- decisions ------------------------------------------------------------------
     def queued(self) -> int:
         """How many jobs are queued (waiting for devices)."""
-        return len(self._queue) + len(self._queued)
+        return self._keyed_jobs + len(self._queued)
 
     def jobs(self) -> Iterable[JobView]:
         """Every job the session knows (pending, queued, holding devices)."""
@@ -246,7 +252,7 @@ class Session:
         snap: Snapshot | None = None
         self._unseen.clear()
         if self._keyed:
-            ordered: Iterable[JobView] = self._queue
+            ordered: Iterable[JobView] = self._queue  # (empty while _merge)
             key: Any = scheduler.ordering.key
             held = sorted(self._nominated.values(), key=key)
         else:
@@ -268,6 +274,8 @@ class Session:
                 listed = list(ordered)
                 ordered = scheduler.merge_listed(listed, self.topo, failed)
                 everyone = lambda: listed  # noqa: E731
+        elif self._merge:  # nominated jobs (not of this scheduler's making): walk them all
+            ordered = self._in_order()
         index = self.index
         self._thaw()
         mark = index.mark()
@@ -282,10 +290,10 @@ class Session:
                     held=held,
                     ordered=ordered,
                     pending=list(self._pending),
-                    queued=len(self._queue) + len(self._queued),
+                    queued=self.queued(),
                     queued_ids=self._queued_ids,
                     time_shares=shares,
-                    rest=self._rest if self._keyed else None,
+                    rest=self._rest if self._keyed and not self._merge else None,
                     info=JobInfo(now, scheduler.rates, self.progress),
                     failed=failed,
                     everyone=everyone,
@@ -344,14 +352,27 @@ class Session:
         return no_capacity(explain(req, self.index), over)
 
     def _everyone(self) -> Sequence[JobView]:
-        tail = _QueueTail(self._queue, 0)
+        queue = self._queue
+        if self._merge:
+            tail = _QueueTail(self._in_order, self._keyed_jobs)
+        else:
+            tail = _QueueTail(lambda: queue.islice(0), len(queue))
         self._tails.add(tail)
         return tail
 
     def _rest(self, job: JobView) -> Sequence[JobView]:
-        tail = _QueueTail(self._queue, self._queue.index(job))
+        queue = self._queue
+        start = queue.index(job)
+        tail = _QueueTail(lambda: queue.islice(start), len(queue) - start)
         self._tails.add(tail)
         return tail
+
+    def _in_order(self) -> Iterator[JobView]:
+        """Every queued job of a keyed policy in its order, read from the per-shape queues
+        merged (while _merge: a decision walks them merged by shape instead, so the
+        session keeps no queue of them all)."""
+        queues = [q for mine in self._numbers.values() for q in mine.queues.values()]
+        return heapq.merge(*queues, key=self.scheduler.ordering.key)
 
     def _copy_tails(self) -> None:
         if self._tails:
@@ -360,7 +381,7 @@ class Session:
             self._tails.clear()
 
     def _queued_ids(self) -> Iterable[str]:
-        yield from (j.id for j in self._queue)
+        yield from (j.id for j in (self._in_order() if self._merge else self._queue))
         yield from self._queued
 
 
@@ -403,17 +424,17 @@ class _ShapeQueues:
 
 
 class _QueueTail(Sequence[JobView]):
-    """The session's queue from ``start`` on, read in place until :meth:`copy` is called
-    (by the session, before its queue changes)."""
+    """The session's queue (from some job on): ``read`` iterates it in place, ``size``
+    long, until :meth:`copy` is called (by the session, before its queue changes)."""
 
-    def __init__(self, queue: Any, start: int) -> None:
-        self._queue = queue
-        self._start = start
+    def __init__(self, read: Callable[[], Iterable[JobView]], size: int) -> None:
+        self._read = read
+        self._size = size
         self._items: list[JobView] | None = None
 
     def copy(self) -> None:
         if self._items is None:
-            self._items = list(self._queue.islice(self._start))
+            self._items = list(self._read())
 
     @overload
     def __getitem__(self, i: int) -> JobView: ...
@@ -425,9 +446,9 @@ class _QueueTail(Sequence[JobView]):
         return self._items[i]
 
     def __len__(self) -> int:
-        return len(self._items) if self._items is not None else len(self._queue) - self._start
+        return len(self._items) if self._items is not None else self._size
 
     def __iter__(self) -> Iterator[JobView]:
         if self._items is not None:
             return iter(self._items)
-        return iter(self._queue.islice(self._start))
+        return iter(self._read())
