@@ -441,9 +441,10 @@ class CapacityIndex:
         counts moved once for all."""
         assert not self._log, "reset inside a what-if question"
         changes: dict[str, tuple[int, int]] = {}  # device -> (free before, after): the last
-        known, down, out = self.schedulable, self.schedulable.down, self._unschedulable
+        known, down, out = self.schedulable.known, self.schedulable.down, self._unschedulable
+        free = self.free
         for dev, free_units, schedulable in devices:
-            if (dev in known) != schedulable:
+            if (dev in known and dev not in down) != schedulable:  # Schedulable's test
                 cls = self.topo.class_of[dev].key
                 if schedulable:
                     down.discard(dev)
@@ -452,7 +453,7 @@ class CapacityIndex:
                     down.add(dev)
                     out[cls] = out.get(cls, 0) + 1
             new = max(0, min(SHARE_UNITS, free_units)) if schedulable else 0
-            old = changes[dev][0] if dev in changes else self.free.get(dev, 0)
+            old = changes[dev][0] if dev in changes else free.get(dev, 0)
             changes[dev] = (old, new)
         self._set_many(changes)
 
@@ -540,24 +541,40 @@ class CapacityIndex:
             if old != new:
                 self._set(dev, old, new)
             return
-        moves: dict[tuple[str, str], list[Any]] = {}  # (class, node) -> [pos, buckets, delta]
+        # the devices' wholly-free deltas summed per (class, chain of domains) first: a
+        # gang's devices mostly share one chain (one host's), so its domains move once
+        class_of, chain = self.topo.class_of, self.topo.chain
+        groups: dict[tuple[str, tuple[str, ...]], list[Any]] = {}  # -> [a device, delta]
         for dev, (old, new) in changes.items():
             if old == new:
                 continue
             delta = self._set_free(dev, old, new)
             if not delta:
                 continue
-            cls = self.topo.class_of[dev].key
-            links = self._links.get(dev)
-            if links is None:
-                links = self._link(dev, cls)
+            key = (class_of[dev].key, chain[dev])
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [dev, delta]
+            else:
+                group[1] += delta
+        whole = self.whole
+        if len(groups) == 1:
+            (((cls, _), (dev, delta)),) = groups.items()
+            if delta:
+                counts = whole[cls]
+                links = self._links.get(dev) or self._link(dev, cls)
+                for node_id, pos, buckets in links:
+                    _move(counts, node_id, pos, buckets, delta)
+            return
+        moves: dict[tuple[str, str], list[Any]] = {}  # (class, node) -> [pos, buckets, delta]
+        for (cls, _), (dev, delta) in groups.items():
+            links = self._links.get(dev) or self._link(dev, cls)
             for node_id, pos, buckets in links:
                 move = moves.get((cls, node_id))
                 if move is None:
                     moves[cls, node_id] = [pos, buckets, delta]
                 else:
                     move[2] += delta
-        whole = self.whole
         for (cls, node_id), (pos, buckets, delta) in moves.items():
             if delta:
                 _move(whole[cls], node_id, pos, buckets, delta)
