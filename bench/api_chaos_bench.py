@@ -65,6 +65,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from accelnet.client import ApiError, Client
+from benchutil import outlive
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "api_chaos_bench.json"
@@ -216,7 +217,7 @@ class ServerProcess:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
         self.proc.wait(timeout=30)
-        psutil.wait_procs(kids, timeout=15)
+        outlive(kids, 15.0)
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM; its exit code (-9 if it had to be killed)."""

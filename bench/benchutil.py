@@ -7,11 +7,15 @@ import json
 import math
 import statistics
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    import psutil
 
 
 def source_state() -> dict[str, Any]:
@@ -82,3 +86,26 @@ def fit_power(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
         (a - mx) ** 2 for a in lx
     )
     return math.exp(my - k * mx), k
+
+
+def outlive(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` s for ``procs`` (not necessarily our children) to end; those
+    still alive. Every one is looked at every 10 ms, and a zombie counts as ended:
+    ``psutil.wait_procs`` waits on each in turn for up to 1/n s (a full second per sweep),
+    so waiting for workers that ended within 0.3 s of their controller's kill took a
+    second or more, and a zombie nobody reaps waits out its whole timeout."""
+    import psutil
+
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if running(p)]
+        if alive:
+            time.sleep(0.01)
+    return alive

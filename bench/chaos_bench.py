@@ -55,6 +55,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # imported by path (the tests), not run as a script: its siblings
     sys.path.insert(0, HERE)
 
+from benchutil import outlive  # noqa: E402
 from chaos_ray import (  # noqa: E402
     CONTROLLER_RAY,
     RAY_NODES,
@@ -228,7 +229,7 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         kids = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    _, alive = psutil.wait_procs(kids, timeout=15)  # workers notice their controller died
+    alive = outlive(kids, 15.0)  # workers notice their controller died
     for p in alive:  # one that did not is a bug the report shows, but must not linger
         p.kill()
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from benchutil import outlive
+
 if TYPE_CHECKING:
     from chaos_bench import ChaosReport
 
@@ -181,7 +183,7 @@ class RayChaosCluster:
                 p.send_signal(signal.SIGKILL)
         self.kills.append((host, time.time()))
         self.down[host] = time.monotonic() + rng.uniform(*self._down_s)
-        psutil.wait_procs(procs[1:], timeout=15)
+        outlive(procs[1:], 15.0)
         self.cluster.remove_node(node, allow_graceful=False)  # reaps the raylet, forgets it
         return host
 

@@ -62,6 +62,7 @@ from accelnet.runtime.control.sqlite_store import SqliteStore
 from accelnet.runtime.control.store import JobRecord
 from accelnet.runtime.local.backend import LocalBackend
 from accelnet.sched import JobSpec, JobState, Scheduler
+from benchutil import outlive
 
 FABRIC = "pcie-4xL4"
 PHASES = ("before", "after")
@@ -600,7 +601,7 @@ def _reap_orphans(kill_note: Path) -> int:
             proc = psutil.Process(pid)
             if proc.create_time() == born and proc.status() != psutil.STATUS_ZOMBIE:
                 procs.append(proc)  # the very process (not a later one with its pid)
-    _, alive = psutil.wait_procs(procs, timeout=2.0)
+    alive = outlive(procs, 2.0)
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.kill()
