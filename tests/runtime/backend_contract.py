@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -252,15 +252,16 @@ class BackendContract:
         envs_dir.mkdir(parents=True, exist_ok=True)
         cmd = f"env -0 > {envs_dir}/env-$ACCELNET_RANK"
         extra = {"EXTRA": "x", "ACCELNET_JOB": "job1"}
-        specs = [task(f"c{r}", gang[r], logs, cmd, devices=gang, rank=r, env=extra)
-                 for r in (0, 1)]  # fmt: skip
+        # two cores asked for: OMP_NUM_THREADS says as many (no more than the machine has)
+        specs = [replace(task(f"c{r}", gang[r], logs, cmd, devices=gang, rank=r, env=extra),
+                         cpus=2.0) for r in (0, 1)]  # fmt: skip
         assert all(e.kind is TaskEventKind.SUCCEEDED for e in run(b, *specs).values())
         envs = []
         for r in (0, 1):
             pairs = (envs_dir / f"env-{r}").read_text().split("\0")[:-1]
             envs.append(dict(p.split("=", 1) for p in pairs))
-        pays = [task(f"p{r}", gang[r], logs, None, env_values, devices=gang, rank=r, env=extra)
-                for r in (0, 1)]  # fmt: skip
+        pays = [replace(task(f"p{r}", gang[r], logs, None, env_values, devices=gang, rank=r,
+                             env=extra), cpus=2.0) for r in (0, 1)]  # fmt: skip
         results = run(b, *pays)
         from_payload = [results["p0"].result, results["p1"].result]
         for r, (env, penv) in enumerate(zip(envs, from_payload, strict=True)):
@@ -275,7 +276,9 @@ class BackendContract:
             assert env["ACCELNET_JOB"] == "job1"
             assert env["ACCELNET_EMULATED"] == "1"
             assert env["CUDA_VISIBLE_DEVICES"] == ""  # emulated: no real GPU is visible
-            assert env["OMP_NUM_THREADS"] == "1"  # no cores asked for: one OpenMP thread
+            pinned = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+            threads = str(min(2, pinned))
+            assert env["OMP_NUM_THREADS"] == threads  # its cores', not the backend's own
             assert env["EXTRA"] == "x"
             assert env["PATH"] == os.environ["PATH"]  # the parent's environment underneath
             assert Path(env["ACCELNET_SCRATCH"]).is_dir()

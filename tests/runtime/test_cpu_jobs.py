@@ -84,7 +84,7 @@ def test_a_gpu_job_asking_for_cores_is_pinned_to_that_many(fabric: str, tmp_path
     cores, _, device, threads = out.read_text().split()
     assert int(cores) == min(2, machine)
     assert device.strip("'").startswith("node")  # its L4
-    assert threads == "2"
+    assert threads == cores  # as many OpenMP threads as cores
 
 
 def test_openmp_threads_follow_the_cores_asked_for_unless_the_job_sets_them(
@@ -93,9 +93,13 @@ def test_openmp_threads_follow_the_cores_asked_for_unless_the_job_sets_them(
     """A task that asked for no cores gets one OpenMP thread, not one per core of the
     machine (Ray's and torchrun's default), whatever the backend's own environment says;
     a fraction of a core rounds down; a job's own env wins."""
+    machine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 4
     cases = {
         "none": ({"accelerators": "L4:1"}, {}, "1"),
-        "half": ({"accelerators": "L4:1", "cpus": 2.5}, {}, "2"),
+        "half": ({"accelerators": "L4:1", "cpus": 2.5}, {}, str(min(2, machine))),
+        # a host that declares more cores than this machine has: no more threads than
+        # the cores the task is pinned to
+        "all": ({"cpus": 4}, {}, str(min(4, machine))),
         "own": ({"accelerators": "L4:1", "cpus": 2}, {"OMP_NUM_THREADS": "3"}, "3"),
     }
     with pytest.MonkeyPatch.context() as mp:
@@ -127,6 +131,10 @@ def test_a_task_launched_per_host_shares_its_cores_among_its_ranks() -> None:
         2, 8, 1, 1, 1,
     ]  # fmt: skip
     assert task_env_delta(task(8, 4))["OMP_NUM_THREADS"] == "2"
+    # pinned to fewer cores than asked for (a fabric declaring more than the machine has)
+    assert [omp_threads(task(8, 1), 2), omp_threads(task(8, 2), 2), omp_threads(task(2, 1), 4)] == [
+        2, 1, 2,
+    ]  # fmt: skip
 
 
 def test_a_hosts_cores_bound_what_runs_there_at_once(fabric: str, tmp_path: Path) -> None:

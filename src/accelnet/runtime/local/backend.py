@@ -53,7 +53,12 @@ from accelnet.runtime.local import worker as _worker
 from accelnet.runtime.local.cores import CoreBook
 from accelnet.runtime.local.handoff import SHM_ENV, HandoffArea
 from accelnet.runtime.local.runas import OsUser, RunAsError, TenantUsers, hand_over, task_identity
-from accelnet.runtime.local.taskenv import cuda_visible_devices, mps_env, task_env_delta
+from accelnet.runtime.local.taskenv import (
+    cuda_visible_devices,
+    mps_env,
+    omp_threads,
+    task_env_delta,
+)
 from accelnet.runtime.local.workers import (
     LIVENESS_CHECK_S,
     LaneTask,
@@ -288,7 +293,10 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         w.task = LaneTask(task)
         self._tasks[task.task_id] = w.key
         self._running_on[w.device] = self._running_on.get(w.device, 0) + 1
-        req["cpu_set"] = list(self._cores.lend(task.task_id, task.cpus)) if task.cpus else None
+        cores = self._cores.lend(task.task_id, task.cpus) if task.cpus else ()
+        req["cpu_set"] = list(cores) or None
+        if cores and "OMP_NUM_THREADS" not in task.env:  # no more threads than its cores
+            req["env"]["OMP_NUM_THREADS"] = str(omp_threads(task, len(cores)))
         self._pool.send(w, ("run", req))
 
     def _free_lane(self, device: Device, lane: int = 0) -> tuple[int, WorkerProcess | None]:

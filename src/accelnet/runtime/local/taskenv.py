@@ -151,13 +151,15 @@ def host_launch_env(node: int, nodes: Sequence[str], local_world: int) -> dict[s
     }
 
 
-def omp_threads(task: TaskSpec) -> int:
+def omp_threads(task: TaskSpec, pinned: int = 0) -> int:
     """``OMP_NUM_THREADS`` for ``task``: the cores it asked for (``cpus``, rounded down, at
-    least 1; shared among the processes of a task launched per host), or 1 if it asked for
-    none, as Ray sets it for its tasks and ``torchrun`` for its ranks: OpenMP, MKL and
+    least 1; no more than the ``pinned`` cores it runs on, where the machine has fewer than
+    it asked for; shared among the processes of a task launched per host), or 1 if it asked
+    for none, as Ray sets it for its tasks and ``torchrun`` for its ranks: OpenMP, MKL and
     OpenBLAS (numpy, torch, ...) otherwise start a thread per core of the machine in every
     task, and a machine running many tasks is oversubscribed."""
-    per_process = task.cpus / max(1, len(task.local_devices))
+    cores = min(task.cpus, pinned) if pinned else task.cpus
+    per_process = cores / max(1, len(task.local_devices))
     return max(1, math.floor(per_process + 1e-9))
 
 
