@@ -313,3 +313,28 @@ def test_a_merging_session_walks_nominated_jobs_in_the_queues_order(ordering: st
                                    nominated=())  # fmt: skip
             session.put(views[s.job])
     assert session.queued() == sum(v.state is JobState.ADMITTED for v in views.values()) > 0
+
+
+@pytest.mark.parametrize("ordering", ["fifo", "priority"])
+def test_a_full_fabrics_reasons_list_the_queue_in_the_policys_order(ordering: str) -> None:
+    """A session that keeps per-shape queues lists a full fabric's waiting jobs as the full
+    rescan does (the policy's order across tenants and shapes), kept or read later."""
+    fabric = FABRICS["mixed-lab"]
+    devices = sorted(fabric.devices)
+    session = Session(Scheduler(ordering), fabric, dict.fromkeys(devices, DeviceState.READY))
+    views = [
+        JobView(f"j{i}", spec(f"j{i}", ["any:1", "any:2", "H100:1"][i % 3], None, i % 4,
+                              "abc"[(i // 3) % 3], False), JobState.ADMITTED, float(i))
+        for i in range(2 * len(devices))
+    ]  # fmt: skip
+    for v in views:
+        session.put(v)
+    for s in session.decide(1.0).starts:
+        session.put(replace(views[int(s.job[1:])], state=JobState.RUNNING, placement=s.placement))
+    kept = session.decide(2.0)
+    full = Scheduler(ordering).decide(session.snapshot(2.0))
+    assert kept.starts == () and len(kept.waiting) > 3
+    assert list(kept.waiting) == list(full.waiting)
+    assert dict(kept.waiting) == dict(full.waiting)
+    session.drop(next(iter(kept.waiting)))  # the queue changes: the kept decision does not
+    assert list(kept.waiting) == list(full.waiting)

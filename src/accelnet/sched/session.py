@@ -17,9 +17,10 @@ property test holds them equal on random workloads); the session itself is uncha
 it. Policies without a fixed key fall back to ordering the queue for every decision.
 
 When the fabric is full, the decision's waiting reasons for the rest of the queue are
-read from the session's queue itself, not copied: should the queue change while such a
-decision is still referenced, its tail is copied first (copy on write), so a decision
-never changes after the fact and one nobody keeps costs nothing.
+read from the session's queue and capacity index themselves, not copied: should either
+change while such a decision is still referenced, the queue's tail and the index are
+copied for it first (copy on write), so a decision never changes after the fact and one
+nobody keeps costs nothing.
 """
 
 from __future__ import annotations
@@ -428,13 +429,14 @@ class _QueueTail(Sequence[JobView]):
     long, until :meth:`copy` is called (by the session, before its queue changes)."""
 
     def __init__(self, read: Callable[[], Iterable[JobView]], size: int) -> None:
-        self._read = read
+        self._read: Callable[[], Iterable[JobView]] | None = read
         self._size = size
         self._items: list[JobView] | None = None
 
     def copy(self) -> None:
-        if self._items is None:
+        if self._read is not None:  # once copied it reads (and keeps) the session no more
             self._items = list(self._read())
+            self._read = None
 
     @overload
     def __getitem__(self, i: int) -> JobView: ...
@@ -449,6 +451,7 @@ class _QueueTail(Sequence[JobView]):
         return len(self._items) if self._items is not None else self._size
 
     def __iter__(self) -> Iterator[JobView]:
-        if self._items is not None:
+        if self._read is None:
+            assert self._items is not None
             return iter(self._items)
         return iter(self._read())
