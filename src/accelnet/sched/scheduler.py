@@ -496,8 +496,10 @@ class Scheduler:
             return None, False
         index.rollback(mark)
         reason = no_capacity(explain(req, index), over)
-        mine = {d for d, share in held.get(job.id, ()) if share >= 1}
-        pending = [d for d in job.nominated if d not in mine]
+        pending: list[str] = []
+        if job.nominated:
+            mine = {d for d, share in held.get(job.id, ()) if share >= 1}
+            pending = [d for d in job.nominated if d not in mine]
         if pending:
             rooms = sum(d.startswith(HOST_HOLD) for d in pending)
             devices = len(pending) - rooms
