@@ -386,3 +386,39 @@ def test_a_job_that_preempted_for_cores_waits_for_them_and_preempts_no_more() ->
         other = job("other", None, t=0.5, priority=5, resources={"cpus": 4})
         third = sched.decide(Snapshot.all_ready(fab, (*rest, other, waiting), now=30.0))
         assert [s.job for s in third.starts] == [asker.id]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"ordering": "fifo"}, {"ordering": "priority"}, {"ordering": "fifo", "reserve_after_s": 60.0}],
+)
+def test_a_cpu_only_job_starts_on_free_cores_while_every_device_is_busy(
+    config: dict[str, Any],
+) -> None:
+    """No device is free, but a host has free cores: the CPU-only jobs behind the GPU jobs
+    in the queue start (a walk that stopped at the first job needing a device left them
+    waiting with "needs 1 CPU on one host; the most free on a host: 4 CPUs"), in the
+    queue's order and within the host's cores; the GPU jobs wait for devices."""
+    fab = fabric({"name": "a", "devices": "1xL4", "cpus": 4, "memory_gb": 16})
+    gpu = job("gpu", "L4:1")
+    placed = started(decide(fab, gpu))["gpu"]
+    running = JobView("gpu", gpu.spec, JobState.RUNNING, 0.0, 0.0, placement=placed)
+    queued = [
+        job("d1", "L4:1", t=1),
+        job("c1", None, t=2, resources={"cpus": 1}),
+        job("d2", "L4:1", t=3),
+        job("c2", None, t=4, resources={"cpus": 2}),
+        job("c3", None, t=5, resources={"cpus": 2}),  # 1 core left after c1 and c2
+    ]
+    session = Session(Scheduler(**config), fab, Snapshot.all_ready(fab, ()).devices)
+    for v in (running, *queued):
+        session.put(v)
+    got = session.decide(10.0)
+    full = Scheduler(**config).decide(Snapshot.all_ready(fab, (running, *queued), now=10.0))
+    for d in (got, full):
+        assert [s.job for s in d.starts] == ["c1", "c2"]
+        assert [s.placement.hosts for s in d.starts] == [(("a", 1.0, 0.0),), (("a", 2.0, 0.0),)]
+        assert sorted(d.waiting) == ["c3", "d1", "d2"] and len(d.waiting) == 3
+        assert d.waiting["d1"].startswith("needs 1 x L4; 0 of 1 free")
+        assert "the most free on a host: 1 CPU" in d.waiting["c3"]
+    assert list(got.waiting) == list(full.waiting)

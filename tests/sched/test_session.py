@@ -61,6 +61,8 @@ NAMES = {  # the tenants jobs are drawn from (with "many", t12 is not known)
     "many-none": [f"t{i}" for i in range(13)],
     "many": [f"t{i}" for i in range(13)],
 }
+# what a queued job asks for: devices, or (CPU-only) a host's cores alone
+REQUESTS = [*ACCELERATORS, "cpus:1", "cpus:4"]
 STATES = [DeviceState.READY] * 4 + [
     DeviceState.ALLOCATED,
     DeviceState.DRAINING,
@@ -88,6 +90,9 @@ def spec(
 ) -> JobSpec:  # fmt: skip
     body: dict[str, Any] = {"name": name, "run": "x", "priority": prio, "tenant": tenant,
                             "checkpointable": ckpt, "resources": {"accelerators": acc}}  # fmt: skip
+    if acc.startswith("cpus:"):  # no device: only a host's cores
+        body["resources"] = {"cpus": float(acc.removeprefix("cpus:"))}
+        topo = None
     if topo and wait is not None:  # preferred, waited for up to wait s (topology.wait_s)
         body["topology"] = {"preferred": topo, "wait_s": wait}
     elif topo:
@@ -126,7 +131,7 @@ def test_session_decides_as_the_full_rescan(
                 jid = f"j{len(jobs)}-{step}"
                 s = spec(
                     jid,
-                    data.draw(st.sampled_from(ACCELERATORS)),
+                    data.draw(st.sampled_from(REQUESTS)),
                     data.draw(st.sampled_from(TOPOLOGY)),
                     data.draw(st.integers(0, 3)),
                     data.draw(st.sampled_from(NAMES[tenants])),

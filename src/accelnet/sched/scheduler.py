@@ -327,53 +327,55 @@ class Scheduler:
         if self.prune and not (search or held):
             failed = w.failed if w.failed is not None else Failed(w.tenants)
         assert w.everyone is None or failed is not None, "a merged queue needs pruning"
-        tail: Sequence[JobView] = ()
-        jobs = iter(w.ordered)
+        # where no device was free: the queue from there, and the jobs of it walked still
+        stop: tuple[Sequence[JobView], list[JobView]] = ((), [])
+        source: Iterable[JobView] | None = w.ordered
         cap: Reason | None = None
         reserve = self.reserve_after_s if w.info is not None else None
         now = w.info.now if w.info is not None else math.inf  # no time: nobody waits
         again = math.inf  # when a wait runs out (Decision.again_at)
         no_hold: set[int] = set()  # shapes a domain could not be held for in this walk
-        for job in jobs:
-            if not index.free and search is None and not held:
-                # nothing is free and nothing can be freed: every later job waits; their
-                # reasons are written when read (a long queue stays cheap per decision)
-                if w.everyone is not None:  # the jobs not walked are read from everyone:
-                    tail = (job,)  # the tail only says that the walk stopped here
-                else:
-                    tail = w.rest(job) if w.rest is not None else [job, *jobs]
-                break
-            _, never, base, number = self._entry(job, topo)
-            until: float | None = None  # when its wait for its preferred level ends
-            if never is None and job.spec.topology.wait_s is not None:
-                base, number, until = self._level_wait(job, base, number, topo, now)
-            if reserve is not None and never is None and now >= job.submitted_at + reserve:
-                base, number = self._for_hold(base, number, topo)  # it waits for its domain
-            shape = (job.spec.tenant, number)
-            if failed is not None:
-                known = failed.get(shape)
-                if known is not None:
-                    waiting[job.id] = known
-                    if until is not None:
-                        again = min(again, until)
-                    if reserve is not None and never is None and failed.for_capacity(shape):
-                        reserve, again = self._starving(job, base, run, known, (now, again),
+        while source is not None:
+            jobs, source = iter(source), None
+            for job in jobs:
+                if not stop[0] and not index.free and search is None and not held:
+                    # no device is free and none can be freed: every later job that needs one
+                    # waits; their reasons are written when read (a long queue stays cheap per
+                    # decision). Jobs that need only a host's cores and memory are walked still.
+                    stop = self._stop(w, job, jobs, run)
+                    source = stop[1] or None
+                    break
+                _, never, base, number = self._entry(job, topo)
+                until: float | None = None  # when its wait for its preferred level ends
+                if never is None and job.spec.topology.wait_s is not None:
+                    base, number, until = self._level_wait(job, base, number, topo, now)
+                if reserve is not None and never is None and now >= job.submitted_at + reserve:
+                    base, number = self._for_hold(base, number, topo)  # it waits for its domain
+                shape = (job.spec.tenant, number)
+                if failed is not None:
+                    known = failed.get(shape)
+                    if known is not None:
+                        waiting[job.id] = known
+                        if until is not None:
+                            again = min(again, until)
+                        if reserve is not None and never is None and failed.for_capacity(shape):
+                            reserve, again = self._starving(job, base, run, known, (now, again),
                                                         number, no_hold)  # fmt: skip
+                        continue
+                    cap = failed.numbers.get(number)
+                reason, shared = self._one(job, never, base, run, cap)
+                if reason is None:
                     continue
-                cap = failed.numbers.get(number)
-            reason, shared = self._one(job, never, base, run, cap)
-            if reason is None:
-                continue
-            if until is not None:
-                again = min(again, until)
-                reason = _note_level_wait(job.id, base, reason, run.waiting)
-            if failed is not None:
-                failed.add(shape, reason, shared)
-            if reserve is not None and shared and never is None:
-                reserve, again = self._starving(job, base, run, reason, (now, again), number,
+                if until is not None:
+                    again = min(again, until)
+                    reason = _note_level_wait(job.id, base, reason, run.waiting)
+                if failed is not None:
+                    failed.add(shape, reason, shared)
+                if reserve is not None and shared and never is None:
+                    reserve, again = self._starving(job, base, run, reason, (now, again), number,
                                                 no_hold)  # fmt: skip
         self._forget(w.queued, w.queued_ids)
-        reasons = self._reasons(w, run, tail, index, failed or Failed(w.tenants))
+        reasons = self._reasons(w, run, stop, index, failed or Failed(w.tenants))
         return Decision(
             tuple(run.starts), tuple(run.preemptions), reasons, w.time_shares, run.nominations,
             again_at=None if again == math.inf else again,
@@ -383,12 +385,15 @@ class Scheduler:
         self,
         w: Walk,
         run: _WalkState,
-        tail: Sequence[JobView],
+        stop: tuple[Sequence[JobView], list[JobView]],
         final: CapacityIndex | None,
         failed: Failed,
     ) -> Mapping[str, Reason]:
         """The decision's waiting reasons: those written, and the lazy ones of the jobs not
-        walked (a queue's tail, or with a merged queue every job of a failed shape)."""
+        walked (a queue's tail, or with a merged queue every job of a failed shape).
+        ``stop``: the queue from where no device was free (empty: the walk ran out), and
+        the jobs of it walked still (:meth:`_hosts_only`)."""
+        tail, hosts_only = stop
         quota = Quota(w.tenants, run.usage)
         if w.everyone is not None:
             if not tail:  # the merge ran out: every job not walked is of a failed shape
@@ -397,9 +402,44 @@ class Scheduler:
             total = len(set(w.pending)) + w.queued - len(started)
             return Reasons(run.waiting, w.everyone(), self, w.topo, final, failed,
                            skip=started, total=total, quota=quota)  # fmt: skip
+        if hosts_only:  # walked after the stop: their reasons are written, or they started
+            started = {s.job for s in run.starts}
+            total = len(run.waiting) + len(tail) - len(hosts_only)
+            return Reasons(run.waiting, tail, self, w.topo, final, failed,
+                           skip=started, total=total, quota=quota)  # fmt: skip
         if tail:
             return Reasons(run.waiting, tail, self, w.topo, final, failed, quota=quota)
         return run.waiting
+
+    def _stop(
+        self, w: Walk, job: JobView, jobs: Iterator[JobView], run: _WalkState
+    ) -> tuple[Sequence[JobView], list[JobView]]:
+        """The walk stops at ``job`` (no device free): the queue from it (with a merged
+        queue, where the jobs not walked are read from everyone, only that it stopped
+        here), and the jobs of it that need no device (:meth:`_hosts_only`)."""
+        if w.everyone is not None:
+            tail: Sequence[JobView] = (job,)
+        else:
+            tail = w.rest(job) if w.rest is not None else [job, *jobs]
+        return tail, self._hosts_only(w, tail, run)
+
+    def _hosts_only(self, w: Walk, tail: Sequence[JobView], run: _WalkState) -> list[JobView]:
+        """The queued jobs that need no device (CPU cores and memory of one host), in the
+        queue's order, that the walk has not read yet: where no device is free they may
+        still start. From the caller's list of them (``w.cpu_only``), else from every
+        queued job (``w.everyone``) or the queue's ``tail``."""
+        if w.cpu_only is not None:
+            found: Iterable[JobView] = w.cpu_only()
+        else:
+            found = w.everyone() if w.everyone is not None else tail
+        if not found:
+            return []
+        topo, waiting = w.topo, run.waiting
+        started = {s.job for s in run.starts}
+        return [
+            j for j in found
+            if self._entry(j, topo)[2].cpu_only and j.id not in waiting and j.id not in started
+        ]  # fmt: skip
 
     def _for_hold(self, base: Request, number: int, topo: Topology) -> tuple[Request, int]:
         """``base`` required at the tightest level where a domain could ever hold it, and

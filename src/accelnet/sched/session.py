@@ -92,6 +92,7 @@ class Session:
         # per-shape queues are the queue, merged when read whole: _in_order)
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._keyed_jobs = 0  # how many queued jobs a keyed policy has
+        self._hosts_only: dict[str, JobView] = {}  # the queued jobs that need no device
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._numbers: dict[int, _ShapeQueues] = {}  # per shape number, kept when _merge
         self._tenant_jobs: dict[str, int] = {}  # queued jobs per tenant, kept when _merge
@@ -125,6 +126,8 @@ class Session:
             self._pending[job.id] = None
         elif job.state is JobState.ADMITTED:
             self._unseen.add(job.id)
+            if self.scheduler.request(job, self.topo)[1].cpu_only:
+                self._hosts_only[job.id] = job
             if not self._keyed:
                 self._queued[job.id] = job
             elif not self._merge:
@@ -157,6 +160,7 @@ class Session:
         self._pending.pop(job_id, None)
         self._nominated.pop(job_id, None)
         if old.state is JobState.ADMITTED:
+            self._hosts_only.pop(job_id, None)
             if not self._keyed:
                 del self._queued[job_id]
             elif not self._merge:
@@ -298,6 +302,7 @@ class Session:
                     info=JobInfo(now, scheduler.rates, self.progress),
                     failed=failed,
                     everyone=everyone,
+                    cpu_only=self._cpu_only_jobs if self._keyed else None,
                 )
             )
         finally:  # the decision's changes stay until the index is read again: then each
@@ -367,6 +372,13 @@ class Session:
         tail = _QueueTail(lambda: queue.islice(start), len(queue) - start)
         self._tails.add(tail)
         return tail
+
+    def _cpu_only_jobs(self) -> Iterable[JobView]:
+        """The queued jobs that need no device (only a host's cores and memory), in the
+        keyed policy's order: a decision with no device free still walks them."""
+        if not self._hosts_only:
+            return ()
+        return sorted(self._hosts_only.values(), key=self.scheduler.ordering.key)
 
     def _in_order(self) -> Iterator[JobView]:
         """Every queued job of a keyed policy in its order, read from the per-shape queues
