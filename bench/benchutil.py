@@ -103,9 +103,8 @@ def outlive(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Proc
             return False
 
     deadline = time.monotonic() + timeout
-    alive = list(procs)
+    alive = [p for p in procs if running(p)]
     while alive and time.monotonic() < deadline:
+        time.sleep(0.01)
         alive = [p for p in alive if running(p)]
-        if alive:
-            time.sleep(0.01)
     return alive

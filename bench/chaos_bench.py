@@ -142,7 +142,8 @@ class ChaosReport:
     controller_kills: int = 0
     worker_kills: int = 0
     faults: int = 0
-    recovery_s: list[float] = field(default_factory=list)  # kill -> restarted controller ready
+    # the old controller's workers gone -> the restarted controller ready
+    recovery_s: list[float] = field(default_factory=list)
     node_kills: int = 0
     node_recovery_s: list[float] = field(default_factory=list)  # kill -> devices in service
     node_detect_s: list[float] = field(default_factory=list)  # kill -> devices OFFLINE
@@ -231,7 +232,8 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
     alive = outlive(kids, 15.0)  # workers notice their controller died
     for p in alive:  # one that did not is a bug the report shows, but must not linger
-        p.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
 
 
 def run_chaos(cfg: ChaosConfig, work: Path) -> ChaosReport:
