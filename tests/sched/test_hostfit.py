@@ -15,6 +15,7 @@ from accelnet.fabric.build import build_fabric, parse_spec
 from accelnet.sched import JobSpec, JobState, JobView, Scheduler, Snapshot, Tenant
 from accelnet.sched.capacity import SHARE_UNITS
 from accelnet.sched.placement import PLACEMENTS
+from accelnet.sched.reasons import WaitCode, code_of
 from accelnet.sched.request import make_request, rejection
 from accelnet.sched.session import Session
 
@@ -422,3 +423,26 @@ def test_a_cpu_only_job_starts_on_free_cores_while_every_device_is_busy(
         assert d.waiting["d1"].startswith("needs 1 x L4; 0 of 1 free")
         assert "the most free on a host: 1 CPU" in d.waiting["c3"]
     assert list(got.waiting) == list(full.waiting)
+
+
+def test_a_reason_behind_a_full_fabric_reads_the_use_where_the_walk_stopped() -> None:
+    """A CPU-only job behind a GPU job in the queue starts on free cores while no device is
+    free; the GPU job's reason, written when read, counts the tenant's use where the walk
+    reached it (no device free), not the cores the job behind it took: its tenant is not
+    over quota for it (a walk that never stops says the same)."""
+    fab = fabric({"name": "a", "devices": "1xL4", "cpus": 8})
+    tenants = {"a": Tenant("a", quota={"cpus": 3}), "c": Tenant("c")}
+    gpu = job("gpu", "L4:1", tenant="c")
+    snap = Snapshot.all_ready(fab, (gpu,), now=0.0, tenants=tenants)
+    placed = Scheduler().decide(snap).starts[0].placement
+    running = JobView("gpu", gpu.spec, JobState.RUNNING, 0.0, 0.0, placement=placed)
+    d1 = job("d1", "L4:1", t=1, tenant="a", resources={"accelerators": "L4:1", "cpus": 2})
+    c1 = job("c1", None, t=2, tenant="a", resources={"cpus": 2})
+    session = Session(Scheduler(), fab, Snapshot.all_ready(fab, ()).devices, tenants)
+    for v in (running, d1, c1):
+        session.put(v)
+    full = Scheduler().decide(Snapshot.all_ready(fab, (running, d1, c1), now=10.0, tenants=tenants))
+    for d in (session.decide(10.0), full):
+        assert [s.job for s in d.starts] == ["c1"]
+        assert code_of(d.waiting["d1"]) is WaitCode.NO_CAPACITY, d.waiting["d1"]
+        assert d.waiting["d1"].startswith("needs 1 x L4 with 2 CPUs per rank; 0 of 1 free")

@@ -256,10 +256,18 @@ class Scheduler:
             info=JobInfo(snapshot.now, self.rates),
         )
         if self.merges(held):
-            walk.failed = Failed(snapshot.tenants)
-            walk.ordered = self.merge_listed(ordered, topo, walk.failed)
+            failed = walk.failed = Failed(snapshot.tenants)
+            walk.ordered = self.merge_listed(ordered, topo, failed)
             walk.everyone = lambda: ordered
+            walk.cpu_only = lambda: self.merge_cpu_only(ordered, topo, failed)
         return self.walk(walk)
+
+    def merge_cpu_only(
+        self, ordered: Sequence[JobView], topo: Topology, failed: Failed
+    ) -> Iterator[JobView]:
+        """The jobs of ``ordered`` that need no device, merged by shape as :meth:`walk`
+        reads them once no device is free (a shape that failed is read no further)."""
+        return self.merge_listed([j for j in ordered if j.spec.resources.cpu_only], topo, failed)
 
     def merge_listed(
         self, ordered: Sequence[JobView], topo: Topology, failed: Failed
@@ -327,8 +335,7 @@ class Scheduler:
         if self.prune and not (search or held):
             failed = w.failed if w.failed is not None else Failed(w.tenants)
         assert w.everyone is None or failed is not None, "a merged queue needs pruning"
-        # where no device was free: the queue from there, and the jobs of it walked still
-        stop: tuple[Sequence[JobView], list[JobView]] = ((), [])
+        stop: _Stop | None = None  # where no device was free, if it came to that
         source: Iterable[JobView] | None = w.ordered
         cap: Reason | None = None
         reserve = self.reserve_after_s if w.info is not None else None
@@ -338,12 +345,12 @@ class Scheduler:
         while source is not None:
             jobs, source = iter(source), None
             for job in jobs:
-                if not stop[0] and not index.free and search is None and not held:
+                if stop is None and not index.free and search is None and not held:
                     # no device is free and none can be freed: every later job that needs one
                     # waits; their reasons are written when read (a long queue stays cheap per
                     # decision). Jobs that need only a host's cores and memory are walked still.
                     stop = self._stop(w, job, jobs, run)
-                    source = stop[1] or None
+                    source = stop.after
                     break
                 _, never, base, number = self._entry(job, topo)
                 until: float | None = None  # when its wait for its preferred level ends
@@ -385,16 +392,17 @@ class Scheduler:
         self,
         w: Walk,
         run: _WalkState,
-        stop: tuple[Sequence[JobView], list[JobView]],
+        stop: _Stop | None,
         final: CapacityIndex | None,
         failed: Failed,
     ) -> Mapping[str, Reason]:
         """The decision's waiting reasons: those written, and the lazy ones of the jobs not
-        walked (a queue's tail, or with a merged queue every job of a failed shape).
-        ``stop``: the queue from where no device was free (empty: the walk ran out), and
-        the jobs of it walked still (:meth:`_hosts_only`)."""
-        tail, hosts_only = stop
-        quota = Quota(w.tenants, run.usage)
+        walked (a queue's tail, or with a merged queue every job of a failed shape), which
+        read the tenants' use where the walk stopped (not what CPU-only jobs walked after
+        the stop, some of them behind those jobs in the queue, took)."""
+        tail, walked_after = ((), 0) if stop is None else (stop.tail, stop.walked[0])
+        usage = run.usage if stop is None or stop.usage is None else stop.usage
+        quota = Quota(w.tenants, usage)
         if w.everyone is not None:
             if not tail:  # the merge ran out: every job not walked is of a failed shape
                 final = None
@@ -402,44 +410,46 @@ class Scheduler:
             total = len(set(w.pending)) + w.queued - len(started)
             return Reasons(run.waiting, w.everyone(), self, w.topo, final, failed,
                            skip=started, total=total, quota=quota)  # fmt: skip
-        if hosts_only:  # walked after the stop: their reasons are written, or they started
+        if walked_after:  # jobs of the tail walked: their reasons are written, or they started
             started = {s.job for s in run.starts}
-            total = len(run.waiting) + len(tail) - len(hosts_only)
+            total = len(run.waiting) + len(tail) - walked_after
             return Reasons(run.waiting, tail, self, w.topo, final, failed,
                            skip=started, total=total, quota=quota)  # fmt: skip
         if tail:
             return Reasons(run.waiting, tail, self, w.topo, final, failed, quota=quota)
         return run.waiting
 
-    def _stop(
-        self, w: Walk, job: JobView, jobs: Iterator[JobView], run: _WalkState
-    ) -> tuple[Sequence[JobView], list[JobView]]:
+    def _stop(self, w: Walk, job: JobView, jobs: Iterator[JobView], run: _WalkState) -> _Stop:
         """The walk stops at ``job`` (no device free): the queue from it (with a merged
         queue, where the jobs not walked are read from everyone, only that it stopped
-        here), and the jobs of it that need no device (:meth:`_hosts_only`)."""
+        here), and what it walks still: the queued jobs that need no device (CPU cores
+        and memory of one host), in the queue's order, not read yet. From the caller's
+        (``w.cpu_only``), else from every queued job (``w.everyone``) or the tail."""
         if w.everyone is not None:
             tail: Sequence[JobView] = (job,)
         else:
             tail = w.rest(job) if w.rest is not None else [job, *jobs]
-        return tail, self._hosts_only(w, tail, run)
-
-    def _hosts_only(self, w: Walk, tail: Sequence[JobView], run: _WalkState) -> list[JobView]:
-        """The queued jobs that need no device (CPU cores and memory of one host), in the
-        queue's order, that the walk has not read yet: where no device is free they may
-        still start. From the caller's list of them (``w.cpu_only``), else from every
-        queued job (``w.everyone``) or the queue's ``tail``."""
         if w.cpu_only is not None:
             found: Iterable[JobView] = w.cpu_only()
         else:
             found = w.everyone() if w.everyone is not None else tail
         if not found:
-            return []
-        topo, waiting = w.topo, run.waiting
+            return _Stop(tail)
+        stop = _Stop(tail, usage={t: dict(u) for t, u in run.usage.items()})
+        stop.after = self._after_stop(found, w.topo, run, stop.walked)
+        return stop
+
+    def _after_stop(
+        self, found: Iterable[JobView], topo: Topology, run: _WalkState, walked: list[int]
+    ) -> Iterator[JobView]:
+        """The CPU-only jobs of ``found`` the walk has not read, counted in ``walked``."""
+        waiting = run.waiting
         started = {s.job for s in run.starts}
-        return [
-            j for j in found
-            if self._entry(j, topo)[2].cpu_only and j.id not in waiting and j.id not in started
-        ]  # fmt: skip
+        for j in found:
+            if j.id in waiting or j.id in started or not self._entry(j, topo)[2].cpu_only:
+                continue
+            walked[0] += 1
+            yield j
 
     def _for_hold(self, base: Request, number: int, topo: Topology) -> tuple[Request, int]:
         """``base`` required at the tightest level where a domain could ever hold it, and
@@ -610,6 +620,18 @@ class _WalkState:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
     nominations: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass
+class _Stop:
+    """Where a walk found no device free (``tail``: the queue from there), the jobs it
+    walks after that (``after``: those that need no device),
+    how many it did (``walked``), and the tenants' use at the stop."""
+
+    tail: Sequence[JobView]
+    after: Iterator[JobView] | None = None
+    walked: list[int] = field(default_factory=lambda: [0])
+    usage: dict[str, dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)

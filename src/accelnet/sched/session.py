@@ -93,6 +93,7 @@ class Session:
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._keyed_jobs = 0  # how many queued jobs a keyed policy has
         self._hosts_only: dict[str, JobView] = {}  # the queued jobs that need no device
+        self._cpu_only_numbers: set[int] = set()  # their shape numbers, kept when _merge
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._numbers: dict[int, _ShapeQueues] = {}  # per shape number, kept when _merge
         self._tenant_jobs: dict[str, int] = {}  # queued jobs per tenant, kept when _merge
@@ -126,7 +127,8 @@ class Session:
             self._pending[job.id] = None
         elif job.state is JobState.ADMITTED:
             self._unseen.add(job.id)
-            if self.scheduler.request(job, self.topo)[1].cpu_only:
+            cpu_only = job.spec.resources.cpu_only
+            if cpu_only:
                 self._hosts_only[job.id] = job
             if not self._keyed:
                 self._queued[job.id] = job
@@ -138,6 +140,8 @@ class Session:
                 mine = self._numbers.get(number)
                 if mine is None:
                     mine = self._numbers[number] = _ShapeQueues(self.scheduler.ordering.key)
+                    if cpu_only:
+                        self._cpu_only_numbers.add(number)
                 mine.add(job)
                 tenant = job.spec.tenant
                 count = self._tenant_jobs.get(tenant, 0)
@@ -170,6 +174,7 @@ class Session:
                 number = self.scheduler.shape(old, self.topo)[1]
                 if self._numbers[number].remove(old):
                     del self._numbers[number]
+                    self._cpu_only_numbers.discard(number)
                 tenant = old.spec.tenant
                 count = self._tenant_jobs[tenant] - 1
                 if count:
@@ -270,15 +275,18 @@ class Session:
             shares = scheduler.ordering.time_shares(snap)
         failed: Failed | None = None
         everyone: Callable[[], Sequence[JobView]] | None = None
+        cpu_only = self._cpu_only_reader(None) if self._keyed else None
         if scheduler.merges(held):  # only shapes that have not failed are walked
             failed = Failed(self.tenants)
             if self._merge:
                 ordered = merge_shapes(self._numbers, key, failed, self._bound_tenants(failed))
                 everyone = self._everyone
+                cpu_only = self._cpu_only_reader(failed)
             else:  # a policy without a fixed key: its order of this decision, by shape
                 listed = list(ordered)
                 ordered = scheduler.merge_listed(listed, self.topo, failed)
                 everyone = lambda: listed  # noqa: E731
+                cpu_only = lambda: scheduler.merge_cpu_only(listed, self.topo, failed)  # noqa: E731
         elif self._merge:  # nominated jobs (not of this scheduler's making): walk them all
             ordered = self._in_order()
         index = self.index
@@ -302,7 +310,7 @@ class Session:
                     info=JobInfo(now, scheduler.rates, self.progress),
                     failed=failed,
                     everyone=everyone,
-                    cpu_only=self._cpu_only_jobs if self._keyed else None,
+                    cpu_only=cpu_only,
                 )
             )
         finally:  # the decision's changes stay until the index is read again: then each
@@ -373,12 +381,25 @@ class Session:
         self._tails.add(tail)
         return tail
 
-    def _cpu_only_jobs(self) -> Iterable[JobView]:
-        """The queued jobs that need no device (only a host's cores and memory), in the
-        keyed policy's order: a decision with no device free still walks them."""
-        if not self._hosts_only:
-            return ()
-        return sorted(self._hosts_only.values(), key=self.scheduler.ordering.key)
+    def _cpu_only_reader(self, failed: Failed | None) -> Callable[[], Iterable[JobView]] | None:
+        """What gives a decision that finds no device free the queued jobs that need none
+        (only a host's cores and memory), in the keyed policy's order, to walk still: with
+        a merged walk their shapes' queues merged, dropping a shape once it failed (the
+        walk's ``failed``); else all of them, sorted. None for a policy without a key (the
+        walk finds them in its own order)."""
+        if not self._keyed:
+            return None
+        key = self.scheduler.ordering.key
+        if self._merge and failed is not None:
+
+            def merged() -> Iterable[JobView]:
+                if not self._cpu_only_numbers:
+                    return ()
+                numbers = {n: self._numbers[n] for n in self._cpu_only_numbers}
+                return merge_shapes(numbers, key, failed, self._bound_tenants(failed))
+
+            return merged
+        return lambda: sorted(self._hosts_only.values(), key=key) if self._hosts_only else ()
 
     def _in_order(self) -> Iterator[JobView]:
         """Every queued job of a keyed policy in its order, read from the per-shape queues
