@@ -400,7 +400,7 @@ class Scheduler:
         walked (a queue's tail, or with a merged queue every job of a failed shape), which
         read the tenants' use where the walk stopped (not what CPU-only jobs walked after
         the stop, some of them behind those jobs in the queue, took)."""
-        tail, walked_after = ((), 0) if stop is None else (stop.tail, stop.walked[0])
+        tail, walked_after = ((), 0) if stop is None else (stop.tail, stop.walked)
         usage = run.usage if stop is None or stop.usage is None else stop.usage
         quota = Quota(w.tenants, usage)
         if w.everyone is not None:
@@ -436,19 +436,19 @@ class Scheduler:
         if not found:
             return _Stop(tail)
         stop = _Stop(tail, usage={t: dict(u) for t, u in run.usage.items()})
-        stop.after = self._after_stop(found, w.topo, run, stop.walked)
+        stop.after = self._after_stop(found, w.topo, run, stop)
         return stop
 
     def _after_stop(
-        self, found: Iterable[JobView], topo: Topology, run: _WalkState, walked: list[int]
+        self, found: Iterable[JobView], topo: Topology, run: _WalkState, stop: _Stop
     ) -> Iterator[JobView]:
-        """The CPU-only jobs of ``found`` the walk has not read, counted in ``walked``."""
+        """The CPU-only jobs of ``found`` the walk has not read, counted in ``stop``."""
         waiting = run.waiting
         started = {s.job for s in run.starts}
         for j in found:
             if j.id in waiting or j.id in started or not self._entry(j, topo)[2].cpu_only:
                 continue
-            walked[0] += 1
+            stop.walked += 1
             yield j
 
     def _for_hold(self, base: Request, number: int, topo: Topology) -> tuple[Request, int]:
@@ -622,16 +622,18 @@ class _WalkState:
     nominations: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-@dataclass
 class _Stop:
     """Where a walk found no device free (``tail``: the queue from there), the jobs it
-    walks after that (``after``: those that need no device),
-    how many it did (``walked``), and the tenants' use at the stop."""
+    walks after that (``after``: those that need no device), how many it did
+    (``walked``), and the tenants' use at the stop (None: nothing walked after it)."""
 
-    tail: Sequence[JobView]
-    after: Iterator[JobView] | None = None
-    walked: list[int] = field(default_factory=lambda: [0])
-    usage: dict[str, dict[str, int]] | None = None
+    __slots__ = ("after", "tail", "usage", "walked")
+
+    def __init__(self, tail: Sequence[JobView], usage: dict[str, dict[str, int]] | None = None):
+        self.tail = tail
+        self.after: Iterator[JobView] | None = None
+        self.walked = 0
+        self.usage = usage
 
 
 @dataclass(frozen=True)

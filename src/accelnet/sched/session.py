@@ -275,7 +275,7 @@ class Session:
             shares = scheduler.ordering.time_shares(snap)
         failed: Failed | None = None
         everyone: Callable[[], Sequence[JobView]] | None = None
-        cpu_only = self._cpu_only_reader(None) if self._keyed else None
+        cpu_only: Callable[[], Iterable[JobView]] | None = None
         if scheduler.merges(held):  # only shapes that have not failed are walked
             failed = Failed(self.tenants)
             if self._merge:
@@ -287,8 +287,10 @@ class Session:
                 ordered = scheduler.merge_listed(listed, self.topo, failed)
                 everyone = lambda: listed  # noqa: E731
                 cpu_only = lambda: scheduler.merge_cpu_only(listed, self.topo, failed)  # noqa: E731
-        elif self._merge:  # nominated jobs (not of this scheduler's making): walk them all
-            ordered = self._in_order()
+        else:
+            if self._merge:  # nominated jobs (not of this scheduler's making): walk them all
+                ordered = self._in_order()
+            cpu_only = self._cpu_only_reader(None)
         index = self.index
         self._thaw()
         mark = index.mark()
