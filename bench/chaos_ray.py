@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from benchutil import outlive
-
 if TYPE_CHECKING:
     from chaos_bench import ChaosReport
 
@@ -183,7 +181,7 @@ class RayChaosCluster:
                 p.send_signal(signal.SIGKILL)
         self.kills.append((host, time.time()))
         self.down[host] = time.monotonic() + rng.uniform(*self._down_s)
-        outlive(procs[1:], 15.0)
+        psutil.wait_procs(procs[1:], timeout=15)
         self.cluster.remove_node(node, allow_graceful=False)  # reaps the raylet, forgets it
         return host
 
