@@ -334,7 +334,9 @@ class Scheduler:
         failed: Failed | None = None
         if self.prune and not (search or held):
             failed = w.failed if w.failed is not None else Failed(w.tenants)
-        assert w.everyone is None or failed is not None, "a merged queue needs pruning"
+        assert w.everyone is None or (failed is not None and w.cpu_only is not None), (
+            "a merged queue needs pruning, and its CPU-only jobs given"
+        )
         stop: _Stop | None = None  # where no device was free, if it came to that
         source: Iterable[JobView] | None = w.ordered
         cap: Reason | None = None
@@ -424,32 +426,17 @@ class Scheduler:
         queue, where the jobs not walked are read from everyone, only that it stopped
         here), and what it walks still: the queued jobs that need no device (CPU cores
         and memory of one host), in the queue's order, not read yet. From the caller's
-        (``w.cpu_only``), else from every queued job (``w.everyone``) or the tail."""
+        (``w.cpu_only``: a caller that merges gives it), else from the tail."""
         if w.everyone is not None:
             tail: Sequence[JobView] = (job,)
         else:
             tail = w.rest(job) if w.rest is not None else [job, *jobs]
-        if w.cpu_only is not None:
-            found: Iterable[JobView] = w.cpu_only()
-        else:
-            found = w.everyone() if w.everyone is not None else tail
+        found = w.cpu_only() if w.cpu_only is not None else tail
         if not found:
             return _Stop(tail)
         stop = _Stop(tail, usage={t: dict(u) for t, u in run.usage.items()})
-        stop.after = self._after_stop(found, w.topo, run, stop)
+        stop.after = _after_stop(found, run, stop)
         return stop
-
-    def _after_stop(
-        self, found: Iterable[JobView], topo: Topology, run: _WalkState, stop: _Stop
-    ) -> Iterator[JobView]:
-        """The CPU-only jobs of ``found`` the walk has not read, counted in ``stop``."""
-        waiting = run.waiting
-        started = {s.job for s in run.starts}
-        for j in found:
-            if j.id in waiting or j.id in started or not self._entry(j, topo)[2].cpu_only:
-                continue
-            stop.walked += 1
-            yield j
 
     def _for_hold(self, base: Request, number: int, topo: Topology) -> tuple[Request, int]:
         """``base`` required at the tightest level where a domain could ever hold it, and
@@ -620,6 +607,17 @@ class _WalkState:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
     nominations: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _after_stop(found: Iterable[JobView], run: _WalkState, stop: _Stop) -> Iterator[JobView]:
+    """The CPU-only jobs of ``found`` the walk has not read, counted in ``stop``."""
+    waiting = run.waiting
+    started = {s.job for s in run.starts}
+    for j in found:
+        if j.id in waiting or j.id in started or not j.spec.resources.cpu_only:
+            continue
+        stop.walked += 1
+        yield j
 
 
 class _Stop:

@@ -92,8 +92,9 @@ class Session:
         # per-shape queues are the queue, merged when read whole: _in_order)
         self._queue: SortedKeyList[JobView] = SortedKeyList(key=policy.key)
         self._keyed_jobs = 0  # how many queued jobs a keyed policy has
-        self._hosts_only: dict[str, JobView] = {}  # the queued jobs that need no device
-        self._cpu_only_numbers: set[int] = set()  # their shape numbers, kept when _merge
+        # the queued jobs that need no device: by id unless _merge, else their shape numbers
+        self._hosts_only: dict[str, JobView] = {}
+        self._cpu_only_numbers: set[int] = set()
         self._queued: dict[str, JobView] = {}  # for policies without a fixed key
         self._numbers: dict[int, _ShapeQueues] = {}  # per shape number, kept when _merge
         self._tenant_jobs: dict[str, int] = {}  # queued jobs per tenant, kept when _merge
@@ -128,7 +129,7 @@ class Session:
         elif job.state is JobState.ADMITTED:
             self._unseen.add(job.id)
             cpu_only = job.spec.resources.cpu_only
-            if cpu_only:
+            if cpu_only and not self._merge:
                 self._hosts_only[job.id] = job
             if not self._keyed:
                 self._queued[job.id] = job

@@ -55,7 +55,8 @@ class Walk:
     info: JobInfo | None = None  # rates, service and progress at the decision's time
     failed: Failed | None = None  # the shapes that failed, filled by the walk
     everyone: Callable[[], Sequence[JobView]] | None = None  # see the docstring
-    # the queued jobs that need no device, in order (None: the walk finds them itself)
+    # the queued jobs that need no device, in order (None: the walk finds them in its
+    # tail; a caller that gives ``everyone`` gives this too)
     cpu_only: Callable[[], Iterable[JobView]] | None = None
 
 
