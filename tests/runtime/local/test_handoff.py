@@ -36,8 +36,10 @@ def test_shared_memory_goes_with_the_attempts_last_task(tmp_path: Path) -> None:
     area = HandoffArea(tmp_path / "w", base=tmp_path / "shm")
     shm = Path(area.task_env(task(0))["ACCELNET_SHM"])
     area.task_env(task(1))
-    # made by the backend, private, under a name no one sharing the base can guess
-    assert shm.is_dir() and shm.stat().st_mode & 0o777 == 0o700
+    # named under the backend's base, with a part no one sharing the base can guess; the
+    # task's worker makes it as the task starts (tests/runtime/local/test_rendezvous.py)
+    assert shm.parent == tmp_path / "shm" and not shm.exists()
+    shm.mkdir(mode=0o700)
     (shm / "hop0.ring").write_bytes(b"x" * 100)
     area.task_ended("j.1.0")
     area.task_ended("j.1.0")  # idempotent
@@ -45,15 +47,20 @@ def test_shared_memory_goes_with_the_attempts_last_task(tmp_path: Path) -> None:
     area.task_ended("j.1.1")
     assert not shm.exists() and area.live_shm() == []
     other = Path(area.task_env(task(0, attempt=2))["ACCELNET_SHM"])
-    assert other.is_dir() and re.fullmatch(r"[0-9a-f]{16}", other.name.rsplit("-", 1)[1])
+    assert re.fullmatch(r"[0-9a-f]{16}", other.name.rsplit("-", 1)[1])
+    area.task_ended("j.2.0")  # an attempt whose task never made its folder: nothing to do
+    third = Path(area.task_env(task(0, attempt=3))["ACCELNET_SHM"])
+    third.mkdir()
+    (third / "left").write_bytes(b"x")
     area.close()
-    assert not other.exists()
+    assert not third.exists()
 
 
 def test_a_new_backend_sweeps_what_dead_ones_left(tmp_path: Path) -> None:
     base = tmp_path / "shm"
     live = HandoffArea(tmp_path / "a", base=base)
     mine = Path(live.task_env(task(0))["ACCELNET_SHM"])
+    mine.mkdir()  # as its worker does
     crashed = base / "accelnet-99-dead"  # its owner file exists, nobody holds it
     (base / "accelnet-99-dead.owner").touch()
     for folder in (crashed.with_name(crashed.name + "-1"), crashed.with_name(crashed.name + "-7")):

@@ -4,7 +4,9 @@ the gang's hosts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from accelnet.runtime.backend import TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.backend import LocalBackend
-from accelnet.runtime.local.taskenv import rendezvous_env
+from accelnet.runtime.local.taskenv import host_launch_env, rendezvous_env
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobSpec, JobState
 from tests.runtime.backend_contract import T0, until
@@ -71,6 +73,49 @@ def test_the_ranks_of_an_attempt_on_one_machine_share_a_port_free_there(tmp_path
                                  for e in evs))  # fmt: skip
         kept = json.loads((tmp_path / "b0.json").read_text())
         assert (kept["MASTER_ADDR"], kept["MASTER_PORT"]) == ("10.0.0.7", "29500")
+    finally:
+        b.close()
+
+
+def _single(tid: str, tmp: Path, **env: str) -> TaskSpec:
+    """A one-rank task (an attempt of one task) that records its launcher variables and
+    its shared-memory folder's owner and mode as it starts."""
+    out = tmp / f"{tid}.json"
+    code = (
+        "import json, os; s = os.stat(os.environ['ACCELNET_SHM']); "
+        "v = {k: x for k, x in os.environ.items() if k.startswith(('MASTER_', 'PET_'))}; "
+        f"json.dump({{**v, 'shm': [s.st_uid, s.st_mode & 0o777]}}, open('{out}', 'w'))"
+    )
+    return TaskSpec(
+        tid, tid, 0, 1, GPU0, (GPU0,), command=f'{sys.executable} -c "{code}"',
+        log_dir=str(tmp / "logs"), rendezvous=rendezvous_env(0, ("l4box",)), env=env,
+    )  # fmt: skip
+
+
+def test_a_one_rank_attempt_gets_a_port_and_its_folder_from_its_worker(tmp_path: Path) -> None:
+    # the worker picks the port and makes the folder as the task starts, off the
+    # controller's per-task path: the task sees a real port and its own private folder
+    base = tmp_path / "shm"
+    b = LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0), emulated=True, shm_base=base)
+    try:
+        per_host = dataclasses.replace(
+            _single("c", tmp_path),
+            rendezvous=host_launch_env(0, ("l4box",), 1),  # torchrun's variables follow
+        )
+        for spec in (_single("a", tmp_path), _single("b", tmp_path, MASTER_PORT="29511"),
+                     per_host):  # fmt: skip
+            b.launch(spec)
+            until(b, lambda evs, t=spec.task_id: any(
+                e.task_id == t and e.kind is TaskEventKind.SUCCEEDED for e in evs))  # fmt: skip
+        seen = {t: json.loads((tmp_path / f"{t}.json").read_text()) for t in "abc"}
+        assert seen["a"]["MASTER_ADDR"] == "127.0.0.1" and 0 < int(seen["a"]["MASTER_PORT"]) < 65536
+        assert seen["a"]["shm"] == [os.geteuid(), 0o700]
+        assert seen["b"]["MASTER_PORT"] == "29511"  # the job's own env wins
+        c = seen["c"]
+        assert c["PET_MASTER_PORT"] == c["MASTER_PORT"] and 0 < int(c["MASTER_PORT"]) < 65536
+        assert c["PET_MASTER_ADDR"] == "127.0.0.1"
+        # each attempt's folder went with its task: only the backend's owner file is left
+        assert [p.suffix for p in base.iterdir()] == [".owner"]
     finally:
         b.close()
 

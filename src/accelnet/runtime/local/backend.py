@@ -51,7 +51,7 @@ from accelnet.runtime.backend import (
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.local import worker as _worker
 from accelnet.runtime.local.cores import CoreBook
-from accelnet.runtime.local.handoff import SHM_ENV, HandoffArea
+from accelnet.runtime.local.handoff import PORT_AT_START, PORT_VARS, SHM_ENV, HandoffArea
 from accelnet.runtime.local.runas import OsUser, RunAsError, TenantUsers, hand_over, task_identity
 from accelnet.runtime.local.taskenv import (
     cuda_visible_devices,
@@ -232,20 +232,23 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
 
     def _request(self, task: TaskSpec, device: Device, scratch: Path) -> dict[str, Any]:
         """The ``run`` message for ``task``'s worker (payload, user and cores come later)."""
+        handoff = self._handoff.task_env(task, self._here(task))
+        # the worker has the parent's environment and the device's from its start
+        env = task_env_delta(
+            task,
+            {**handoff, **mps_env(device, task.share, self._emulated),
+             **self._local_devices_env(task)},
+        )  # fmt: skip
         return {
             "task_id": task.task_id,
             "command": task.command,
             "payload": None,
             "payload_path": None,
-            # the worker has the parent's environment and the device's from its start
-            "env": task_env_delta(
-                task,
-                {
-                    **self._handoff.task_env(task, self._here(task)),
-                    **mps_env(device, task.share, self._emulated),
-                    **self._local_devices_env(task),
-                },
-            ),
+            "env": env,
+            # the worker makes the attempt's shared-memory folder and picks the port of an
+            # attempt of one task as the task starts (accelnet.runtime.local.handoff)
+            "shm": handoff[SHM_ENV],  # the folder named here, whatever a job's env says
+            "port_vars": [k for k in PORT_VARS if env.get(k) == PORT_AT_START] or None,
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,
@@ -316,9 +319,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         (its working folder) and its job's output folder become the user's."""
         hand_over(scratch, user, self._workdir)
         hand_over(self._handoff.output(task.job_id), user, self._workdir)
-        shm = Path(req["env"][SHM_ENV])
-        if shm.is_dir() and not shm.is_symlink():  # the attempt's, made 0700 by the backend
-            os.chown(shm, user.uid, user.gid)
+        if req["shm"]:  # made here, for a base only the backend may write to
+            self._handoff.make_for(Path(req["shm"]), user.uid, user.gid)
         req["user"], req["cwd"] = user.to_wire(), self._cwd(task, scratch)
         req["env"] = {**task_identity(user, str(scratch)), **req["env"]}
 

@@ -9,9 +9,10 @@ never copied.
 
 Within a job: ``ACCELNET_SHM`` names a folder on a memory file system (``/dev/shm`` where
 there is one) private to the job's current attempt, for the shared memory its tasks
-stream data through (:mod:`accelnet.runtime.pipeline.channel`). The backend makes it (a random name,
-mode 0700, the task's user's) so no one sharing the memory file system can make it first
-and read what the tasks write there. The backend removes it when the
+stream data through (:mod:`accelnet.runtime.pipeline.channel`). The backend names it (a random
+part no one sharing the memory file system can guess, so no one can make it first and read
+what the tasks write there) and its worker makes it (mode 0700) as the task starts (made
+here, and given to the task's user, when tasks run as users). The backend removes it when the
 attempt's last task has ended, however it ended (a killed task cannot clean up after
 itself). Each backend holds a lock on an owner file next to its folders for as long as it
 lives; a backend that starts removes the folders of owners nobody holds any more (a
@@ -38,6 +39,10 @@ from pathlib import Path
 from accelnet.runtime.backend import TaskSpec
 
 OUTPUT_ENV = "ACCELNET_OUTPUT"
+# MASTER_PORT's value (and PET_MASTER_PORT's) in a run request when the task's worker picks
+# a port free as the task starts (:func:`free_port` there): an attempt of one task
+PORT_AT_START = ""
+PORT_VARS = ("MASTER_PORT", "PET_MASTER_PORT")
 # the same folder for every attempt of a job: <its output folder>/checkpoint (made by the task)
 CHECKPOINT_ENV = "ACCELNET_CHECKPOINT_DIR"
 CHECKPOINT_DIR = "checkpoint"  # the checkpoint folder's name in a job's output folder
@@ -207,7 +212,9 @@ class HandoffArea:
         on other machines). Creates only ``outputs`` (mode 0700, so jobs' output folders are
         the service user's only): the task makes the folders it uses. A task with
         ``rendezvous`` variables but no ``MASTER_PORT`` (its ranks all run here) also gets
-        ``MASTER_ADDR`` 127.0.0.1 and a port free now, the same for all of its attempt."""
+        ``MASTER_ADDR`` 127.0.0.1 and a port free now, the same for all of its attempt
+        (:data:`PORT_AT_START` for an attempt of one task: its worker picks the port). The
+        attempt's shared-memory folder is named, not made (see :meth:`_new_shm`)."""
         if not self._outputs_made:
             with contextlib.suppress(OSError):  # else the task's own mkdir reports it
                 self.outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -226,11 +233,16 @@ class HandoffArea:
         env = {OUTPUT_ENV: str(output), CHECKPOINT_ENV: str(output / CHECKPOINT_DIR),
                SHM_ENV: str(attempt.shm)}  # fmt: skip
         if task.rendezvous and "MASTER_PORT" not in task.rendezvous:
-            # every rank of the attempt runs on this machine: rank 0 listens here
-            if attempt.port is None:
-                attempt.port = free_port()
-            if attempt.port is not None:
-                env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(attempt.port)
+            # every rank of the attempt runs on this machine: rank 0 listens here, on a port
+            # free now, the same for all of its ranks; the worker of an attempt of one task
+            # picks it as the task starts (PORT_AT_START), off the controller's path
+            port: str | None = PORT_AT_START
+            if attempt.world > 1:
+                if attempt.port is None:
+                    attempt.port = free_port()
+                port = None if attempt.port is None else str(attempt.port)
+            if port is not None:
+                env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", port
         if task.inputs:
             env[INPUTS_ENV] = ",".join(sorted(task.inputs))
             for alias, job in task.inputs.items():
@@ -238,18 +250,21 @@ class HandoffArea:
         return env
 
     def _new_shm(self) -> Path:
-        """A fresh attempt folder, made here (mode 0700, not there before): its name carries
-        a random part, so no one sharing the base can guess it and make it first. If it
-        cannot be made, the task's :func:`shm_dir` makes it and reports why it cannot."""
-        while True:
-            path = self.base / f"{self._stem}-{self._made}-{secrets.token_hex(8)}"
-            try:
-                path.mkdir(mode=0o700)
-            except FileExistsError:
-                continue
-            except OSError:
-                pass  # the task's shm_dir() makes it, or says why it cannot
-            return path
+        """A fresh attempt folder's name (not made here: the task's worker makes it, mode
+        0700, as the task starts; :meth:`make_for`): a random part, so no one sharing the
+        base can guess it and make it first."""
+        return self.base / f"{self._stem}-{self._made}-{secrets.token_hex(8)}"
+
+    @staticmethod
+    def make_for(shm: Path, uid: int, gid: int) -> None:
+        """Make attempt folder ``shm`` (mode 0700) now, for a task that runs as user
+        ``uid``, and give it to that user (a base only the backend may write to stays
+        usable); a folder there already is given too unless it is a link. One that cannot
+        be made is the task's to report (``shm_dir()``); OSError if it cannot be given."""
+        with contextlib.suppress(OSError):
+            shm.mkdir(mode=0o700)
+        if shm.is_dir() and not shm.is_symlink():
+            os.chown(shm, uid, gid)
 
     def task_ended(self, task_id: str) -> None:
         """A task registered by :meth:`task_env` has ended (idempotent); when it was its

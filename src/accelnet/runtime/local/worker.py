@@ -46,6 +46,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -250,6 +251,7 @@ class Worker:
             # the task (and every process it starts) runs on its cores: set on this
             # thread before the command is spawned or the function called, undone after
             before = pin(req.get("cpu_set"))
+            hand_off(req)
             out, err = self._spool_fd("out"), self._spool_fd("err")
             if req["command"] is not None:
                 self._run_command(req, out, err)
@@ -398,6 +400,32 @@ def pin(cores: list[int] | None) -> set[int] | None:
     before = set(os.sched_getaffinity(0))
     setter(0, set(cores))
     return before
+
+
+def hand_off(req: dict[str, Any]) -> None:
+    """Before the task starts: make its attempt's shared-memory folder ``req["shm"]`` (mode
+    0700) if it is not there yet (a folder that cannot be made is the task's to report, as
+    ``shm_dir()`` does), and set each of the ``req["port_vars"]`` in its ``env`` to a TCP
+    port free now on 127.0.0.1, where its rank 0 listens (none set if no port can be had):
+    work the backend leaves to the worker, off its controller's per-task path
+    (:mod:`accelnet.runtime.local.handoff`)."""
+    shm = req.get("shm")
+    if shm:
+        with contextlib.suppress(OSError):
+            os.mkdir(shm, 0o700)
+    names = req.get("port_vars")
+    if names:
+        env = req["env"]
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = str(s.getsockname()[1])
+        except OSError:
+            for name in names:
+                env.pop(name, None)
+            return
+        for name in names:
+            env[name] = port
 
 
 def unpin(before: set[int] | None) -> None:
