@@ -43,6 +43,7 @@ OUTPUT_ENV = "ACCELNET_OUTPUT"
 # a port free as the task starts (:func:`free_port` there): an attempt of one task
 PORT_AT_START = ""
 PORT_VARS = ("MASTER_PORT", "PET_MASTER_PORT")
+_UNSAFE = re.compile(r"[^\w.-]")  # what a job id's output folder name has as "_"
 # the same folder for every attempt of a job: <its output folder>/checkpoint (made by the task)
 CHECKPOINT_ENV = "ACCELNET_CHECKPOINT_DIR"
 CHECKPOINT_DIR = "checkpoint"  # the checkpoint folder's name in a job's output folder
@@ -150,7 +151,7 @@ def sweep(base: Path) -> list[Path]:
     return removed
 
 
-def _remove(folder: Path) -> None:
+def _remove(folder: str | Path) -> None:
     """Remove ``folder`` and what is in it; never raises. Most attempts leave their folder
     empty: one ``rmdir`` then, the tree walk only when that fails."""
     try:
@@ -163,7 +164,7 @@ def _remove(folder: Path) -> None:
 
 @dataclass(slots=True)
 class _Attempt:
-    shm: Path
+    shm: str  # its shared-memory folder
     world: int
     running: set[str] = field(default_factory=set)
     ended: int = 0
@@ -198,12 +199,25 @@ class HandoffArea:
         self._tasks: dict[str, tuple[str, int]] = {}  # running task -> its attempt
         self._made = 0
         self._outputs_made = False  # made once; a task that finds it gone makes it again
+        self._random = b""  # os.urandom's bytes, drawn a batch at a time (_token)
+        self._taken = 0
         sweep(self.base)
 
     def output(self, job_id: str) -> Path:
         """``job_id``'s output folder (not created here)."""
-        name = re.sub(r"[^\w.-]", "_", job_id)
-        return self.outputs / ("_" if name in ("", ".", "..") else name)
+        return Path(self._output(job_id))
+
+    def _output(self, job_id: str) -> str:
+        name = _UNSAFE.sub("_", job_id)
+        return f"{self.outputs}/{'_' if name in ('', '.', '..') else name}"
+
+    def _token(self) -> str:
+        """16 random hex digits (``secrets.token_hex(8)``'s, from a batch of the same
+        source: one system call per 512 folders, not one each)."""
+        if self._taken + 8 > len(self._random):
+            self._random, self._taken = os.urandom(4096), 0
+        self._taken += 8
+        return self._random[self._taken - 8 : self._taken].hex()
 
     def task_env(self, task: TaskSpec, local_world: int | None = None) -> dict[str, str]:
         """The hand-off variables of a task being launched; registers it with its
@@ -229,9 +243,9 @@ class HandoffArea:
             attempt = self._attempts[key] = _Attempt(self._new_shm(), local_world or task.world)
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
-        output = self.output(task.job_id)
-        env = {OUTPUT_ENV: str(output), CHECKPOINT_ENV: str(output / CHECKPOINT_DIR),
-               SHM_ENV: str(attempt.shm)}  # fmt: skip
+        output = self._output(task.job_id)
+        env = {OUTPUT_ENV: output, CHECKPOINT_ENV: f"{output}/{CHECKPOINT_DIR}",
+               SHM_ENV: attempt.shm}  # fmt: skip
         if task.rendezvous and "MASTER_PORT" not in task.rendezvous:
             # every rank of the attempt runs on this machine: rank 0 listens here, on a port
             # free now, the same for all of its ranks; the worker of an attempt of one task
@@ -246,14 +260,14 @@ class HandoffArea:
         if task.inputs:
             env[INPUTS_ENV] = ",".join(sorted(task.inputs))
             for alias, job in task.inputs.items():
-                env[input_env(alias)] = str(self.output(job))
+                env[input_env(alias)] = self._output(job)
         return env
 
-    def _new_shm(self) -> Path:
-        """A fresh attempt folder's name (not made here: the task's worker makes it, mode
+    def _new_shm(self) -> str:
+        """A fresh attempt folder's path (not made here: the task's worker makes it, mode
         0700, as the task starts; :meth:`make_for`): a random part, so no one sharing the
         base can guess it and make it first."""
-        return self.base / f"{self._stem}-{self._made}-{secrets.token_hex(8)}"
+        return f"{self.base}/{self._stem}-{self._made}-{self._token()}"
 
     @staticmethod
     def make_for(shm: Path, uid: int, gid: int) -> None:
@@ -282,7 +296,7 @@ class HandoffArea:
 
     def live_shm(self) -> list[Path]:
         """The shared-memory folders of attempts still running (diagnostics, tests)."""
-        return [a.shm for a in self._attempts.values()]
+        return [Path(a.shm) for a in self._attempts.values()]
 
     def close(self) -> None:
         """Remove every attempt's shared memory and the owner file (the backend is
