@@ -3,6 +3,7 @@ memory gone with its last task, leftovers of dead backends swept."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -54,6 +55,32 @@ def test_shared_memory_goes_with_the_attempts_last_task(tmp_path: Path) -> None:
     (third / "left").write_bytes(b"x")
     area.close()
     assert not third.exists()
+
+
+def test_where_tasks_run_as_users_the_folder_is_made_fresh_and_handed_over_safely(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    area = HandoffArea(tmp_path / "w", base=tmp_path / "shm")
+    tokens = iter(["0" * 16, "1" * 16])
+    monkeypatch.setattr(area, "_token", lambda: next(tokens))
+    squatted = tmp_path / "shm" / f"{area._stem}-1-{'0' * 16}"
+    squatted.mkdir(parents=True)  # someone made the first attempt's name first
+    shm = Path(area.task_env(task(0), make=True)["ACCELNET_SHM"])
+    assert shm != squatted and shm.name.endswith("1" * 16)  # never used: another name
+    assert shm.is_dir() and shm.stat().st_mode & 0o777 == 0o700
+    me, group = os.geteuid(), os.getegid()
+    area.give(str(shm), me, group)  # the backend's: handed over (to itself here)
+    area.give(str(tmp_path / "shm" / "never-made"), me, group)  # nothing to hand over
+    link = tmp_path / "shm" / "link"
+    link.symlink_to(shm)
+    with pytest.raises(PermissionError):
+        area.give(str(link), me, group)  # never through a link
+    loose = tmp_path / "shm" / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    with pytest.raises(PermissionError, match="refusing"):
+        area.give(str(loose), me, group)  # others may enter it: not one the backend made
+    area.close()
 
 
 def test_a_new_backend_sweeps_what_dead_ones_left(tmp_path: Path) -> None:

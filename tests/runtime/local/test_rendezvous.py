@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +18,7 @@ from accelnet.runtime.backend import TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.backend import LocalBackend
 from accelnet.runtime.local.taskenv import host_launch_env, rendezvous_env
+from accelnet.runtime.local.worker import hand_off
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobSpec, JobState
 from tests.runtime.backend_contract import T0, until
@@ -98,26 +100,45 @@ def test_a_one_rank_attempt_gets_a_port_and_its_folder_from_its_worker(tmp_path:
     base = tmp_path / "shm"
     b = LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0), emulated=True, shm_base=base)
     try:
-        per_host = dataclasses.replace(
-            _single("c", tmp_path),
-            rendezvous=host_launch_env(0, ("l4box",), 1),  # torchrun's variables follow
-        )
-        for spec in (_single("a", tmp_path), _single("b", tmp_path, MASTER_PORT="29511"),
-                     per_host):  # fmt: skip
+        per_host = host_launch_env(0, ("l4box",), 1)  # torchrun's variables follow
+        specs = (
+            _single("a", tmp_path),
+            _single("b", tmp_path, MASTER_PORT="29511"),
+            dataclasses.replace(_single("c", tmp_path), rendezvous=per_host),
+            dataclasses.replace(_single("d", tmp_path, MASTER_PORT="29512"),
+                                rendezvous=per_host),
+            _single("e", tmp_path, MASTER_PORT=""),
+        )  # fmt: skip
+        for spec in specs:
             b.launch(spec)
             until(b, lambda evs, t=spec.task_id: any(
                 e.task_id == t and e.kind is TaskEventKind.SUCCEEDED for e in evs))  # fmt: skip
-        seen = {t: json.loads((tmp_path / f"{t}.json").read_text()) for t in "abc"}
+        seen = {t: json.loads((tmp_path / f"{t}.json").read_text()) for t in "abcde"}
         assert seen["a"]["MASTER_ADDR"] == "127.0.0.1" and 0 < int(seen["a"]["MASTER_PORT"]) < 65536
         assert seen["a"]["shm"] == [os.geteuid(), 0o700]
         assert seen["b"]["MASTER_PORT"] == "29511"  # the job's own env wins
         c = seen["c"]
         assert c["PET_MASTER_PORT"] == c["MASTER_PORT"] and 0 < int(c["MASTER_PORT"]) < 65536
         assert c["PET_MASTER_ADDR"] == "127.0.0.1"
+        assert seen["d"]["PET_MASTER_PORT"] == seen["d"]["MASTER_PORT"] == "29512"
+        assert seen["e"]["MASTER_PORT"] == ""  # the job's own value, even an empty one
         # each attempt's folder went with its task: only the backend's owner file is left
         assert [p.suffix for p in base.iterdir()] == [".owner"]
     finally:
         b.close()
+
+
+def test_a_worker_that_gets_no_port_sets_no_rendezvous_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(self: socket.socket, address: object) -> None:
+        raise OSError("no port")
+
+    monkeypatch.setattr(socket.socket, "bind", refuse)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "", "PET_MASTER_ADDR": "127.0.0.1",
+           "PET_MASTER_PORT": "", "RANK": "0"}  # fmt: skip
+    hand_off({"env": env, "port_vars": ["MASTER_PORT", "PET_MASTER_PORT"], "shm": None})
+    assert env == {"RANK": "0"}  # as where the backend finds no port: none, not half of one
 
 
 TRAIN = textwrap.dedent(

@@ -232,7 +232,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
 
     def _request(self, task: TaskSpec, device: Device, scratch: Path) -> dict[str, Any]:
         """The ``run`` message for ``task``'s worker (payload, user and cores come later)."""
-        handoff = self._handoff.task_env(task, self._here(task))
+        # made here where tasks run as users (given to the task's user in _hand_over)
+        handoff = self._handoff.task_env(task, self._here(task), make=self._users.active)
         # the worker has the parent's environment and the device's from its start
         env = task_env_delta(
             task,
@@ -248,7 +249,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             # the worker makes the attempt's shared-memory folder and picks the port of an
             # attempt of one task as the task starts (accelnet.runtime.local.handoff)
             "shm": handoff[SHM_ENV],  # the folder named here, whatever a job's env says
-            "port_vars": [k for k in PORT_VARS if env.get(k) == PORT_AT_START] or None,
+            "port_vars": [k for k in PORT_VARS if env.get(k) == PORT_AT_START and k not in task.env]
+            or None,
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,
@@ -319,8 +321,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         (its working folder) and its job's output folder become the user's."""
         hand_over(scratch, user, self._workdir)
         hand_over(self._handoff.output(task.job_id), user, self._workdir)
-        if req["shm"]:  # made here, for a base only the backend may write to
-            self._handoff.make_for(Path(req["shm"]), user.uid, user.gid)
+        self._handoff.give(req["shm"], user.uid, user.gid)  # made by _request's task_env
         req["user"], req["cwd"] = user.to_wire(), self._cwd(task, scratch)
         req["env"] = {**task_identity(user, str(scratch)), **req["env"]}
 

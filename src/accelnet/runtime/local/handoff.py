@@ -11,8 +11,9 @@ Within a job: ``ACCELNET_SHM`` names a folder on a memory file system (``/dev/sh
 there is one) private to the job's current attempt, for the shared memory its tasks
 stream data through (:mod:`accelnet.runtime.pipeline.channel`). The backend names it (a random
 part no one sharing the memory file system can guess, so no one can make it first and read
-what the tasks write there) and its worker makes it (mode 0700) as the task starts (made
-here, and given to the task's user, when tasks run as users). The backend removes it when the
+what the tasks write there) and its worker makes it (mode 0700) as the task starts (when
+tasks run as users, the backend makes it here, under a name no one had taken, and gives it
+to the task's user). The backend removes it when the
 attempt's last task has ended, however it ended (a killed task cannot clean up after
 itself). Each backend holds a lock on an owner file next to its folders for as long as it
 lives; a backend that starts removes the folders of owners nobody holds any more (a
@@ -40,7 +41,7 @@ from accelnet.runtime.backend import TaskSpec
 
 OUTPUT_ENV = "ACCELNET_OUTPUT"
 # MASTER_PORT's value (and PET_MASTER_PORT's) in a run request when the task's worker picks
-# a port free as the task starts (:func:`free_port` there): an attempt of one task
+# a port free as the task starts (as free_port does, there): an attempt of one task
 PORT_AT_START = ""
 PORT_VARS = ("MASTER_PORT", "PET_MASTER_PORT")
 _UNSAFE = re.compile(r"[^\w.-]")  # what a job id's output folder name has as "_"
@@ -86,10 +87,11 @@ def input_env(alias: str) -> str:
 
 
 def shm_dir() -> Path:
-    """This attempt's shared-memory folder (``ACCELNET_SHM``; the backend makes it, mode
-    0700, the task's user's), created if missing. ``PermissionError`` if it belongs to
-    another user or others may enter it: under a shared ``/dev/shm`` someone else could
-    have made it to read what the task writes there."""
+    """This attempt's shared-memory folder (``ACCELNET_SHM``; the backend's worker makes it
+    as the task starts, mode 0700, the task's user's), created if missing.
+    ``PermissionError`` if it belongs to another user or others may enter it: under a
+    shared ``/dev/shm`` someone else could have made it to read what the task writes
+    there."""
     path = _env_path(SHM_ENV)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     _own_private(path)
@@ -219,7 +221,9 @@ class HandoffArea:
         self._taken += 8
         return self._random[self._taken - 8 : self._taken].hex()
 
-    def task_env(self, task: TaskSpec, local_world: int | None = None) -> dict[str, str]:
+    def task_env(
+        self, task: TaskSpec, local_world: int | None = None, make: bool = False
+    ) -> dict[str, str]:
         """The hand-off variables of a task being launched; registers it with its
         attempt (whose shared memory lives until :meth:`task_ended` of its last task here:
         of ``local_world`` tasks, by default ``task.world``; fewer when the other ranks run
@@ -228,7 +232,8 @@ class HandoffArea:
         ``rendezvous`` variables but no ``MASTER_PORT`` (its ranks all run here) also gets
         ``MASTER_ADDR`` 127.0.0.1 and a port free now, the same for all of its attempt
         (:data:`PORT_AT_START` for an attempt of one task: its worker picks the port). The
-        attempt's shared-memory folder is named, not made (see :meth:`_new_shm`)."""
+        attempt's shared-memory folder is named, and made here only with ``make`` (tasks
+        that run as users: :meth:`give` hands it over), else by the task's worker."""
         if not self._outputs_made:
             with contextlib.suppress(OSError):  # else the task's own mkdir reports it
                 self.outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -240,7 +245,8 @@ class HandoffArea:
                 self.base.mkdir(parents=True, exist_ok=True)
                 self._owner = _claim(self.base / f"{self._stem}{_OWNER_SUFFIX}")
             self._made += 1
-            attempt = self._attempts[key] = _Attempt(self._new_shm(), local_world or task.world)
+            shm = self._made_shm() if make else self._new_shm()
+            attempt = self._attempts[key] = _Attempt(shm, local_world or task.world)
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
         output = self._output(task.job_id)
@@ -264,21 +270,48 @@ class HandoffArea:
         return env
 
     def _new_shm(self) -> str:
-        """A fresh attempt folder's path (not made here: the task's worker makes it, mode
-        0700, as the task starts; :meth:`make_for`): a random part, so no one sharing the
+        """A fresh attempt folder's path, not made (the task's worker makes it, mode 0700,
+        as the task starts; or :meth:`_made_shm`): a random part, so no one sharing the
         base can guess it and make it first."""
         return f"{self.base}/{self._stem}-{self._made}-{self._token()}"
 
+    def _made_shm(self) -> str:
+        """A fresh attempt folder made here, mode 0700 (a name taken already, by anyone, is
+        never used: another is drawn), for a task that runs as a user (:meth:`give`); if
+        it cannot be made, the task's ``shm_dir()`` says why."""
+        while True:
+            path = self._new_shm()
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            except OSError:
+                pass
+            return path
+
     @staticmethod
-    def make_for(shm: Path, uid: int, gid: int) -> None:
-        """Make attempt folder ``shm`` (mode 0700) now, for a task that runs as user
-        ``uid``, and give it to that user (a base only the backend may write to stays
-        usable); a folder there already is given too unless it is a link. One that cannot
-        be made is the task's to report (``shm_dir()``); OSError if it cannot be given."""
-        with contextlib.suppress(OSError):
-            shm.mkdir(mode=0o700)
-        if shm.is_dir() and not shm.is_symlink():
-            os.chown(shm, uid, gid)
+    def give(shm: str, uid: int, gid: int) -> None:
+        """Give attempt folder ``shm`` (made by :meth:`task_env` with ``make``) to the user
+        ``uid`` a task of the attempt runs as: opened without following a link, and only
+        if it is the backend's (as made) or that user's already (an earlier rank's);
+        PermissionError for anything else, which fails the task's launch. Nothing if it
+        is not there (it could not be made: the task's ``shm_dir()`` says why)."""
+        try:
+            fd = os.open(shm, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise PermissionError(f"{shm} is not a folder the backend made: {e}") from e
+        try:
+            st = os.fstat(fd)
+            if st.st_uid not in (os.geteuid(), uid) or st.st_mode & 0o077:
+                raise PermissionError(
+                    f"{shm} belongs to uid {st.st_uid} (mode {st.st_mode & 0o777:o}), not to "
+                    "the backend or the task's user: refusing to hand it over"
+                )
+            os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
 
     def task_ended(self, task_id: str) -> None:
         """A task registered by :meth:`task_env` has ended (idempotent); when it was its

@@ -410,7 +410,7 @@ def hand_off(req: dict[str, Any]) -> None:
     work the backend leaves to the worker, off its controller's per-task path
     (:mod:`accelnet.runtime.local.handoff`)."""
     shm = req.get("shm")
-    if shm:
+    if shm and req.get("user") is None:  # a task run as a user: the backend made it
         with contextlib.suppress(OSError):
             os.mkdir(shm, 0o700)
     names = req.get("port_vars")
@@ -420,8 +420,8 @@ def hand_off(req: dict[str, Any]) -> None:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind(("127.0.0.1", 0))
                 port = str(s.getsockname()[1])
-        except OSError:
-            for name in names:
+        except OSError:  # no rendezvous variables then, as where the backend found no port
+            for name in (*names, "MASTER_ADDR", "PET_MASTER_ADDR"):
                 env.pop(name, None)
             return
         for name in names:
