@@ -70,6 +70,13 @@ def test_where_tasks_run_as_users_the_folder_is_made_fresh_and_handed_over_safel
     assert shm.is_dir() and shm.stat().st_mode & 0o777 == 0o700
     me, group = os.geteuid(), os.getegid()
     area.give(str(shm), me, group)  # the backend's: handed over (to itself here)
+    area.give(str(shm), me, group)  # and again, for a later rank of the attempt
+    if me == 0:  # a user's: once given, only that user's folder is handed over again
+        area.give(str(shm), 65534, 65534)
+        area.give(str(shm), 65534, 65534)
+        os.chown(shm, 0, 0)  # not as the backend left it
+        with pytest.raises(PermissionError, match="as the backend left it"):
+            area.give(str(shm), 65534, 65534)
     area.give(str(tmp_path / "shm" / "never-made"), me, group)  # nothing to hand over
     link = tmp_path / "shm" / "link"
     link.symlink_to(shm)

@@ -17,7 +17,7 @@ import pytest
 from accelnet.runtime.backend import TaskEventKind, TaskSpec
 from accelnet.runtime.clock import ManualClock
 from accelnet.runtime.local.backend import LocalBackend
-from accelnet.runtime.local.taskenv import host_launch_env, rendezvous_env
+from accelnet.runtime.local.taskenv import host_launch_env, rendezvous_env, task_env_delta
 from accelnet.runtime.local.worker import hand_off
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.sched import JobSpec, JobState
@@ -120,7 +120,8 @@ def test_a_one_rank_attempt_gets_a_port_and_its_folder_from_its_worker(tmp_path:
         c = seen["c"]
         assert c["PET_MASTER_PORT"] == c["MASTER_PORT"] and 0 < int(c["MASTER_PORT"]) < 65536
         assert c["PET_MASTER_ADDR"] == "127.0.0.1"
-        assert seen["d"]["PET_MASTER_PORT"] == seen["d"]["MASTER_PORT"] == "29512"
+        d = seen["d"]  # torchrun's rendezvous stays the backend's, whatever MASTER_* says
+        assert d["MASTER_PORT"] == "29512" and 0 < int(d["PET_MASTER_PORT"]) < 65536
         assert seen["e"]["MASTER_PORT"] == ""  # the job's own value, even an empty one
         # each attempt's folder went with its task: only the backend's owner file is left
         assert [p.suffix for p in base.iterdir()] == [".owner"]
@@ -137,8 +138,27 @@ def test_a_worker_that_gets_no_port_sets_no_rendezvous_address(
     monkeypatch.setattr(socket.socket, "bind", refuse)
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "", "PET_MASTER_ADDR": "127.0.0.1",
            "PET_MASTER_PORT": "", "RANK": "0"}  # fmt: skip
-    hand_off({"env": env, "port_vars": ["MASTER_PORT", "PET_MASTER_PORT"], "shm": None})
+    hand_off({"env": env, "port_vars": ["MASTER_PORT", "PET_MASTER_PORT"], "shm": None,
+              "addr_vars": ["MASTER_ADDR", "PET_MASTER_ADDR"]})  # fmt: skip
     assert env == {"RANK": "0"}  # as where the backend finds no port: none, not half of one
+    mine = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": ""}  # the job set the address itself
+    hand_off({"env": mine, "port_vars": ["MASTER_PORT"], "shm": None, "addr_vars": []})
+    assert mine == {"MASTER_ADDR": "10.1.2.3"}
+
+
+def test_torchruns_rendezvous_across_nodes_is_the_backends_whatever_the_jobs_env() -> None:
+    # a gang launched per host across nodes (the Ray backend puts rank 0's node and a port
+    # there in the rendezvous): a MASTER_ADDR=localhost copied from a one-machine script
+    # must not send each node's torchrun to its own machine
+    across = {**host_launch_env(1, ("n0", "n1"), 2), "MASTER_ADDR": "10.0.0.1",
+              "MASTER_PORT": "40000"}  # fmt: skip
+    spec = TaskSpec("t", "j", 0, 2, GPU1, (GPU1,), command="true", rendezvous=across,
+                    env={"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"})  # fmt: skip
+    env = task_env_delta(spec)
+    assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"]) == ("10.0.0.1", "40000")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("localhost", "29500")  # its own
+    own = dataclasses.replace(spec, env={"PET_MASTER_PORT": "29400"})
+    assert task_env_delta(own)["PET_MASTER_PORT"] == "29400"  # a job may choose torchrun's
 
 
 TRAIN = textwrap.dedent(

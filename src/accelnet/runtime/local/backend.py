@@ -51,7 +51,13 @@ from accelnet.runtime.backend import (
 from accelnet.runtime.clock import Clock
 from accelnet.runtime.local import worker as _worker
 from accelnet.runtime.local.cores import CoreBook
-from accelnet.runtime.local.handoff import PORT_AT_START, PORT_VARS, SHM_ENV, HandoffArea
+from accelnet.runtime.local.handoff import (
+    ADDR_VARS,
+    PORT_AT_START,
+    PORT_VARS,
+    SHM_ENV,
+    HandoffArea,
+)
 from accelnet.runtime.local.runas import OsUser, RunAsError, TenantUsers, hand_over, task_identity
 from accelnet.runtime.local.taskenv import (
     cuda_visible_devices,
@@ -192,8 +198,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         if failed is not None:  # still to be cleaned before the lane's next task
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
             return
-        req = self._request(task, device, scratch)
         try:
+            req = self._request(task, device, scratch)  # OSError: no shared-memory base
             w = self._prepare(task, device, lane, scratch, w, req)
         except (OSError, RunAsError) as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
@@ -251,6 +257,8 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "shm": handoff[SHM_ENV],  # the folder named here, whatever a job's env says
             "port_vars": [k for k in PORT_VARS if env.get(k) == PORT_AT_START and k not in task.env]
             or None,
+            # what the worker drops with them if it can bind no port: the backend's own
+            "addr_vars": [k for k in ADDR_VARS if k in env and k not in task.env],
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,

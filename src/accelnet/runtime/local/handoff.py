@@ -44,6 +44,7 @@ OUTPUT_ENV = "ACCELNET_OUTPUT"
 # a port free as the task starts (as free_port does, there): an attempt of one task
 PORT_AT_START = ""
 PORT_VARS = ("MASTER_PORT", "PET_MASTER_PORT")
+ADDR_VARS = ("MASTER_ADDR", "PET_MASTER_ADDR")  # set with them
 _UNSAFE = re.compile(r"[^\w.-]")  # what a job id's output folder name has as "_"
 # the same folder for every attempt of a job: <its output folder>/checkpoint (made by the task)
 CHECKPOINT_ENV = "ACCELNET_CHECKPOINT_DIR"
@@ -201,6 +202,7 @@ class HandoffArea:
         self._tasks: dict[str, tuple[str, int]] = {}  # running task -> its attempt
         self._made = 0
         self._outputs_made = False  # made once; a task that finds it gone makes it again
+        self._given: dict[str, int] = {}  # attempt folder -> the user it was given to
         self._random = b""  # os.urandom's bytes, drawn a batch at a time (_token)
         self._taken = 0
         sweep(self.base)
@@ -289,13 +291,13 @@ class HandoffArea:
                 pass
             return path
 
-    @staticmethod
-    def give(shm: str, uid: int, gid: int) -> None:
+    def give(self, shm: str, uid: int, gid: int) -> None:
         """Give attempt folder ``shm`` (made by :meth:`task_env` with ``make``) to the user
         ``uid`` a task of the attempt runs as: opened without following a link, and only
-        if it is the backend's (as made) or that user's already (an earlier rank's);
-        PermissionError for anything else, which fails the task's launch. Nothing if it
-        is not there (it could not be made: the task's ``shm_dir()`` says why)."""
+        if it is private and the backend's, as made (its first task), or that user's, as
+        given (a later rank's); PermissionError for anything else, which fails the task's
+        launch. Nothing if it is not there (it could not be made: the task's ``shm_dir()``
+        says why)."""
         try:
             fd = os.open(shm, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -304,12 +306,15 @@ class HandoffArea:
             raise PermissionError(f"{shm} is not a folder the backend made: {e}") from e
         try:
             st = os.fstat(fd)
-            if st.st_uid not in (os.geteuid(), uid) or st.st_mode & 0o077:
+            owner = self._given.get(shm, os.geteuid())
+            if st.st_uid != owner or st.st_mode & 0o077:
                 raise PermissionError(
                     f"{shm} belongs to uid {st.st_uid} (mode {st.st_mode & 0o777:o}), not to "
-                    "the backend or the task's user: refusing to hand it over"
+                    f"uid {owner} as the backend left it: refusing to hand it over"
                 )
-            os.fchown(fd, uid, gid)
+            if owner != uid:
+                os.fchown(fd, uid, gid)
+                self._given[shm] = uid
         finally:
             os.close(fd)
 
@@ -326,6 +331,7 @@ class HandoffArea:
         if attempt.ended >= attempt.world and not attempt.running:
             del self._attempts[key]
             _remove(attempt.shm)
+            self._given.pop(attempt.shm, None)
 
     def live_shm(self) -> list[Path]:
         """The shared-memory folders of attempts still running (diagnostics, tests)."""
@@ -338,6 +344,7 @@ class HandoffArea:
             shutil.rmtree(attempt.shm, ignore_errors=True)
         self._attempts.clear()
         self._tasks.clear()
+        self._given.clear()
         if self._owner is not None:
             with contextlib.suppress(OSError):
                 (self.base / f"{self._stem}{_OWNER_SUFFIX}").unlink()

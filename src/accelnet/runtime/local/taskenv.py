@@ -184,11 +184,11 @@ def task_env_delta(task: TaskSpec, extra: dict[str, str] | None = None) -> dict[
         env["ACCELNET_LOCAL_DEVICES"] = ",".join(task.local_devices)
     if extra:
         env.update(extra)
+    if "PET_NNODES" in env and "MASTER_PORT" in env:  # launched per host: torchrun's too
+        # the backend's rendezvous, whatever MASTER_* a job's env sets (torchrun reads
+        # PET_*; a MASTER_ADDR=localhost copied from a one-machine script must not send a
+        # gang across nodes to its own machine): a job sets PET_MASTER_* to choose its own
+        env["PET_MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
+        env["PET_MASTER_PORT"] = env["MASTER_PORT"]
     env.update(task.env)
-    if "PET_NNODES" in env and "MASTER_PORT" in env:  # launched per host: torchrun's follow
-        # the rendezvous its ranks use (the job's own MASTER_* too), unless it sets them
-        if "PET_MASTER_ADDR" not in task.env:
-            env["PET_MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
-        if "PET_MASTER_PORT" not in task.env:
-            env["PET_MASTER_PORT"] = env["MASTER_PORT"]
     return env

@@ -406,7 +406,8 @@ def hand_off(req: dict[str, Any]) -> None:
     """Before the task starts: make its attempt's shared-memory folder ``req["shm"]`` (mode
     0700) if it is not there yet (a folder that cannot be made is the task's to report, as
     ``shm_dir()`` does), and set each of the ``req["port_vars"]`` in its ``env`` to a TCP
-    port free now on 127.0.0.1, where its rank 0 listens (none set if no port can be had):
+    port free now on 127.0.0.1, where its rank 0 listens (if none can be had, those and the
+    backend's ``req["addr_vars"]`` are dropped, as where the backend finds no port):
     work the backend leaves to the worker, off its controller's per-task path
     (:mod:`accelnet.runtime.local.handoff`)."""
     shm = req.get("shm")
@@ -420,8 +421,8 @@ def hand_off(req: dict[str, Any]) -> None:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind(("127.0.0.1", 0))
                 port = str(s.getsockname()[1])
-        except OSError:  # no rendezvous variables then, as where the backend found no port
-            for name in (*names, "MASTER_ADDR", "PET_MASTER_ADDR"):
+        except OSError:  # none of the backend's rendezvous variables then (a job's stay)
+            for name in (*names, *req.get("addr_vars", ())):
                 env.pop(name, None)
             return
         for name in names:
