@@ -129,6 +129,19 @@ def test_a_one_rank_attempt_gets_a_port_and_its_folder_from_its_worker(tmp_path:
         b.close()
 
 
+def test_a_hand_off_that_cannot_be_made_fails_the_launch_not_the_backend(tmp_path: Path) -> None:
+    base = tmp_path / "not-a-folder"
+    base.write_text("x")  # the shared-memory base cannot be made
+    b = LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0), emulated=True, shm_base=base)
+    try:
+        b.launch(_single("a", tmp_path))  # returns: the task fails with the reason
+        (event,) = until(b, lambda evs: any(e.task_id == "a" for e in evs))
+        assert event.kind is TaskEventKind.FAILED and "could not start" in (event.error or "")
+        assert str(base) in (event.error or "")
+    finally:
+        b.close()
+
+
 def test_a_worker_that_gets_no_port_sets_no_rendezvous_address(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
