@@ -108,12 +108,13 @@ def test_a_one_rank_attempt_gets_a_port_and_its_folder_from_its_worker(tmp_path:
             dataclasses.replace(_single("d", tmp_path, MASTER_PORT="29512"),
                                 rendezvous=per_host),
             _single("e", tmp_path, MASTER_PORT=""),
+            dataclasses.replace(_single("f", tmp_path, MASTER_PORT=""), rendezvous=per_host),
         )  # fmt: skip
         for spec in specs:
             b.launch(spec)
             until(b, lambda evs, t=spec.task_id: any(
                 e.task_id == t and e.kind is TaskEventKind.SUCCEEDED for e in evs))  # fmt: skip
-        seen = {t: json.loads((tmp_path / f"{t}.json").read_text()) for t in "abcde"}
+        seen = {t: json.loads((tmp_path / f"{t}.json").read_text()) for t in "abcdef"}
         assert seen["a"]["MASTER_ADDR"] == "127.0.0.1" and 0 < int(seen["a"]["MASTER_PORT"]) < 65536
         assert seen["a"]["shm"] == [os.geteuid(), 0o700]
         assert seen["b"]["MASTER_PORT"] == "29511"  # the job's own env wins
@@ -123,6 +124,8 @@ def test_a_one_rank_attempt_gets_a_port_and_its_folder_from_its_worker(tmp_path:
         d = seen["d"]  # torchrun's rendezvous stays the backend's, whatever MASTER_* says
         assert d["MASTER_PORT"] == "29512" and 0 < int(d["PET_MASTER_PORT"]) < 65536
         assert seen["e"]["MASTER_PORT"] == ""  # the job's own value, even an empty one
+        f = seen["f"]  # ... and torchrun's rendezvous the backend's, a real port
+        assert f["MASTER_PORT"] == "" and 0 < int(f["PET_MASTER_PORT"]) < 65536
         # each attempt's folder went with its task: only the backend's owner file is left
         assert [p.suffix for p in base.iterdir()] == [".owner"]
     finally:
@@ -138,6 +141,34 @@ def test_a_hand_off_that_cannot_be_made_fails_the_launch_not_the_backend(tmp_pat
         (event,) = until(b, lambda evs: any(e.task_id == "a" for e in evs))
         assert event.kind is TaskEventKind.FAILED and "could not start" in (event.error or "")
         assert str(base) in (event.error or "")
+    finally:
+        b.close()
+
+
+def test_a_rank_whose_launch_fails_early_still_counts_for_its_attempts_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rank 1's lane cannot be cleaned: its launch fails before the worker; when rank 0 ends,
+    # every rank of the attempt has ended and its shared-memory folder goes
+    b = LocalBackend(DEVICES, tmp_path / "work", ManualClock(T0), emulated=True,
+                     shm_base=tmp_path / "shm")  # fmt: skip
+    clean = b._clean_lane
+
+    def failing(task: TaskSpec, *args: object) -> tuple[object, str | None]:
+        if task.rank == 1:
+            return None, "its scratch could not be emptied"
+        return clean(task, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(b, "_clean_lane", failing)
+    try:
+        for rank, dev in enumerate((GPU0, GPU1)):
+            spec = _spec(f"r{rank}", rank, dev, tmp_path)
+            b.launch(dataclasses.replace(spec, world=2, devices=(GPU0, GPU1)))
+        ended = lambda evs: {e.task_id: e.kind for e in evs  # noqa: E731
+                             if e.kind is not TaskEventKind.STARTED}  # fmt: skip
+        kinds = ended(until(b, lambda evs: len(ended(evs)) == 2))
+        assert kinds == {"r0": TaskEventKind.SUCCEEDED, "r1": TaskEventKind.FAILED}
+        assert b.live_shm() == []
     finally:
         b.close()
 

@@ -194,12 +194,16 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         device = self._device(task.device)
         lane, w = self._free_lane(device, 0 if task.devices else 1)  # CPU-only: a spare
         scratch = self._pool.scratch(device, lane)
+        try:  # first: the task counts in its attempt's hand-off however its launch ends
+            req = self._request(task, device, scratch)  # OSError: no shared-memory base
+        except OSError as e:
+            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
+            return
         w, failed = self._clean_lane(task, device.id, lane, scratch, w)
         if failed is not None:  # still to be cleaned before the lane's next task
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
             return
         try:
-            req = self._request(task, device, scratch)  # OSError: no shared-memory base
             w = self._prepare(task, device, lane, scratch, w, req)
         except (OSError, RunAsError) as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
@@ -246,6 +250,7 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             {**handoff, **mps_env(device, task.share, self._emulated),
              **self._local_devices_env(task)},
         )  # fmt: skip
+        port_vars = [k for k in PORT_VARS if env.get(k) == PORT_AT_START and k not in task.env]
         return {
             "task_id": task.task_id,
             "command": task.command,
@@ -255,10 +260,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             # the worker makes the attempt's shared-memory folder and picks the port of an
             # attempt of one task as the task starts (accelnet.runtime.local.handoff)
             "shm": handoff[SHM_ENV],  # the folder named here, whatever a job's env says
-            "port_vars": [k for k in PORT_VARS if env.get(k) == PORT_AT_START and k not in task.env]
-            or None,
+            "port_vars": port_vars or None,
             # what the worker drops with them if it can bind no port: the backend's own
-            "addr_vars": [k for k in ADDR_VARS if k in env and k not in task.env],
+            "addr_vars": port_vars and [k for k in ADDR_VARS if k in env and k not in task.env],
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,
