@@ -3,6 +3,7 @@ memory gone with its last task, leftovers of dead backends swept."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from pathlib import Path
@@ -71,12 +72,6 @@ def test_where_tasks_run_as_users_the_folder_is_made_fresh_and_handed_over_safel
     me, group = os.geteuid(), os.getegid()
     area.give(str(shm), me, group)  # the backend's: handed over (to itself here)
     area.give(str(shm), me, group)  # and again, for a later rank of the attempt
-    if me == 0:  # a user's: once given, only that user's folder is handed over again
-        area.give(str(shm), 65534, 65534)
-        area.give(str(shm), 65534, 65534)
-        os.chown(shm, 0, 0)  # not as the backend left it
-        with pytest.raises(PermissionError, match="as the backend left it"):
-            area.give(str(shm), 65534, 65534)
     area.give(str(tmp_path / "shm" / "never-made"), me, group)  # nothing to hand over
     link = tmp_path / "shm" / "link"
     link.symlink_to(shm)
@@ -87,6 +82,52 @@ def test_where_tasks_run_as_users_the_folder_is_made_fresh_and_handed_over_safel
     loose.chmod(0o755)
     with pytest.raises(PermissionError, match="refusing"):
         area.give(str(loose), me, group)  # others may enter it: not one the backend made
+    area.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a folder to another user needs root")
+def test_a_handed_over_folder_is_handed_over_again_only_while_it_is_that_users(
+    tmp_path: Path,
+) -> None:
+    area = HandoffArea(tmp_path / "w", base=tmp_path / "shm")
+    shm = area.task_env(task(0), make=True)["ACCELNET_SHM"]
+    area.give(shm, 65534, 65534)
+    area.give(shm, 65534, 65534)  # a later rank: that user's, as given
+    os.chown(shm, 0, 0)  # the backend's again: not as the backend left it
+    with pytest.raises(PermissionError, match="as the backend left it"):
+        area.give(shm, 65534, 65534)
+    area.close()
+
+
+def test_a_rank_whose_hand_off_fails_still_counts_for_its_attempt(tmp_path: Path) -> None:
+    base = tmp_path / "shm"
+    base.write_text("x")  # no base yet: the first rank's hand-off fails
+    area = HandoffArea(tmp_path / "w", base=base)
+    with pytest.raises(OSError):
+        area.task_env(task(0))
+    area.task_ended("j.1.0")  # its launch failed
+    base.unlink()
+    shm = Path(area.task_env(task(1))["ACCELNET_SHM"])  # the base can be made now
+    shm.mkdir()  # as its worker does
+    assert area.live_shm() == [shm]
+    area.task_ended("j.1.1")  # the attempt's last rank: its folder goes
+    assert area.live_shm() == [] and not shm.exists()
+    area.close()
+
+
+def test_an_owner_file_that_cannot_be_locked_leaves_nothing_half_made(tmp_path: Path) -> None:
+    base = tmp_path / "shm"
+    area = HandoffArea(tmp_path / "w", base=base)
+    base.mkdir()
+    half = base / f"{area._stem}.owner.new"
+    held = os.open(half, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # someone holds the file the claim locks
+    try:
+        with pytest.raises(OSError):
+            area.task_env(task(0))
+        assert not half.exists()  # removed, not left behind
+    finally:
+        os.close(held)
     area.close()
 
 

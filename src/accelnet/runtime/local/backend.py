@@ -6,8 +6,8 @@ backend closes. Commands run as ``/bin/sh -c`` in their own session under the wo
 payloads (cloudpickled functions) run inside the worker, which is what makes them cheap.
 
 How a task flows: :meth:`LocalBackend.launch` checks the spec, picks a free lane of the
-device, cleans it (scratch folder; a worker another tenant's Python ran in is replaced),
-builds the task's request and environment, starts the lane's worker if it has none, hands
+device, builds the task's request and environment, cleans the lane (scratch folder; a
+worker another tenant's Python ran in is replaced), starts the lane's worker if it has none, hands
 the task's folders to its tenant's user, and sends it the task; the worker
 reports ``started`` and ``done``; :meth:`LocalBackend.poll` turns those messages into
 :class:`~accelnet.runtime.backend.TaskEvent` s stamped with the injected clock. Every
@@ -199,6 +199,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         except OSError as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
+        except Exception:  # a bug, raised to the caller: the hand-off forgets the task
+            self._handoff.task_ended(task.task_id)
+            raise
         w, failed = self._clean_lane(task, device.id, lane, scratch, w)
         if failed is not None:  # still to be cleaned before the lane's next task
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
@@ -208,6 +211,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         except (OSError, RunAsError) as e:
             self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
             return
+        except Exception:  # as above
+            self._handoff.task_ended(task.task_id)
+            raise
         if w.dead:  # it died as it started (killed, or it crashed): the task never ran
             code = w.proc.returncode
             how = "vanished" if code is None else _worker.describe_exit(code)
@@ -262,7 +268,9 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
             "shm": handoff[SHM_ENV],  # the folder named here, whatever a job's env says
             "port_vars": port_vars or None,
             # what the worker drops with them if it can bind no port: the backend's own
-            "addr_vars": port_vars and [k for k in ADDR_VARS if k in env and k not in task.env],
+            "addr_vars": [k for k in ADDR_VARS if k in env and k not in task.env]
+            if port_vars
+            else None,
             "out": self._pool.log_path(task, "out"),
             "err": self._pool.log_path(task, "err"),
             "timeout_s": task.timeout_s,

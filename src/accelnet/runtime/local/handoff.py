@@ -89,7 +89,8 @@ def input_env(alias: str) -> str:
 
 def shm_dir() -> Path:
     """This attempt's shared-memory folder (``ACCELNET_SHM``; the backend's worker makes it
-    as the task starts, mode 0700, the task's user's), created if missing.
+    as the task starts, or under ``--run-as`` the backend, mode 0700, the task's user's),
+    created if missing.
     ``PermissionError`` if it belongs to another user or others may enter it: under a
     shared ``/dev/shm`` someone else could have made it to read what the task writes
     there."""
@@ -178,6 +179,7 @@ class _Attempt:
     running: set[str] = field(default_factory=set)
     ended: int = 0
     port: int | None = None  # MASTER_PORT, for ranks whose launcher did not set one
+    made: bool = False  # its folder made by the backend (tasks that run as users)
 
 
 def free_port(host: str = "127.0.0.1") -> int | None:
@@ -235,8 +237,9 @@ class HandoffArea:
         """The hand-off variables of a task being launched; registers it with its
         attempt (whose shared memory lives until :meth:`task_ended` of its last task here:
         of ``local_world`` tasks, by default ``task.world``; fewer when the other ranks run
-        on other machines). Creates only ``outputs`` (mode 0700, so jobs' output folders are
-        the service user's only): the task makes the folders it uses. A task with
+        on other machines). Creates ``outputs`` (mode 0700, so jobs' output folders are
+        the service user's only); the task makes the folders it uses. OSError (the task
+        registered all the same) if the folders' base cannot be made. A task with
         ``rendezvous`` variables but no ``MASTER_PORT`` (its ranks all run here) also gets
         ``MASTER_ADDR`` 127.0.0.1 and a port free now, the same for all of its attempt
         (:data:`PORT_AT_START` for an attempt of one task: its worker picks the port). The
@@ -249,14 +252,17 @@ class HandoffArea:
         key = (task.job_id, task.attempt)
         attempt = self._attempts.get(key)
         if attempt is None:
-            if self._owner is None:
-                self.base.mkdir(parents=True, exist_ok=True)
-                self._owner = _claim(self.base / f"{self._stem}{_OWNER_SUFFIX}")
             self._made += 1
-            shm = self._made_shm() if make else self._new_shm()
-            attempt = self._attempts[key] = _Attempt(shm, local_world or task.world)
+            attempt = self._attempts[key] = _Attempt(self._new_shm(), local_world or task.world)
+        # registered first: a task whose launch fails from here on still counts for its
+        # attempt (task_ended), whose folder then goes with its last task
         self._tasks[task.task_id] = key
         attempt.running.add(task.task_id)
+        if self._owner is None:  # OSError: no base for the folders (the launch fails)
+            self.base.mkdir(parents=True, exist_ok=True)
+            self._owner = _claim(self.base / f"{self._stem}{_OWNER_SUFFIX}")
+        if make and not attempt.made:
+            attempt.shm, attempt.made = self._made_shm(attempt.shm), True
         output = self._output(task.job_id)
         env = {OUTPUT_ENV: output, CHECKPOINT_ENV: f"{output}/{CHECKPOINT_DIR}",
                SHM_ENV: attempt.shm}  # fmt: skip
@@ -283,15 +289,15 @@ class HandoffArea:
         base can guess it and make it first."""
         return f"{self.base}/{self._stem}-{self._made}-{self._token()}"
 
-    def _made_shm(self) -> str:
-        """A fresh attempt folder made here, mode 0700 (a name taken already, by anyone, is
-        never used: another is drawn), for a task that runs as a user (:meth:`give`); if
-        it cannot be made, the task's ``shm_dir()`` says why."""
+    def _made_shm(self, path: str) -> str:
+        """Attempt folder ``path`` made here, mode 0700, or if that name is taken already
+        (by anyone: it is never used), another drawn; for a task that runs as a user
+        (:meth:`give`). If it cannot be made, the task's ``shm_dir()`` says why."""
         while True:
-            path = self._new_shm()
             try:
                 os.mkdir(path, 0o700)
             except FileExistsError:
+                path = self._new_shm()
                 continue
             except OSError:
                 pass

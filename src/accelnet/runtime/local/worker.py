@@ -411,7 +411,7 @@ def hand_off(req: dict[str, Any]) -> None:
     work the backend leaves to the worker, off its controller's per-task path
     (:mod:`accelnet.runtime.local.handoff`)."""
     shm = req.get("shm")
-    if shm and req.get("user") is None:  # a task run as a user: the backend made it
+    if shm and req.get("user") is None:  # not for a task run as a user: the backend made it
         with contextlib.suppress(OSError):
             os.mkdir(shm, 0o700)
     names = req.get("port_vars")
