@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accelnet.runtime.local.handoff import free_port
+from accelnet.runtime.local.worker import free_port
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.serve.ownership import listener_uid
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
-from accelnet.runtime.local.handoff import free_port
+from accelnet.runtime.local.worker import free_port
 from accelnet.serve.router import Replica, Router
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from accelnet.runtime.local.handoff import free_port
+from accelnet.runtime.local.worker import free_port
 from accelnet.runtime.sdk import LocalCluster
 from accelnet.serve.spec import ServiceSpec
 

@@ -42,7 +42,7 @@ import httpx
 
 from accelnet.monitor.source import ServiceInfo
 from accelnet.runtime.local.backend import LocalBackend
-from accelnet.runtime.local.handoff import free_port
+from accelnet.runtime.local.worker import free_port
 from accelnet.sched import JobState
 from accelnet.serve.autoscale import (
     Autoscaler,

@@ -31,17 +31,17 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelnet.runtime.backend import TaskSpec
+from accelnet.runtime.local.worker import free_port
 
 OUTPUT_ENV = "ACCELNET_OUTPUT"
 # MASTER_PORT's value (and PET_MASTER_PORT's) in a run request when the task's worker picks
-# a port free as the task starts (as free_port does, there): an attempt of one task
+# a port free as the task starts (free_port, there): an attempt of one task
 PORT_AT_START = ""
 PORT_VARS = ("MASTER_PORT", "PET_MASTER_PORT")
 ADDR_VARS = ("MASTER_ADDR", "PET_MASTER_ADDR")  # set with them
@@ -180,20 +180,6 @@ class _Attempt:
     ended: int = 0
     port: int | None = None  # MASTER_PORT, for ranks whose launcher did not set one
     made: bool = False  # its folder made by the backend (tasks that run as users)
-
-
-def free_port(host: str = "127.0.0.1") -> int | None:
-    """A TCP port free on ``host`` now (the kernel's pick of an ephemeral one, as torchrun
-    and SkyPilot choose theirs); None if no socket could be bound. Nothing holds it after:
-    another process could take it first, which the kernel's spread of ephemeral ports
-    makes unlikely."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port: int = s.getsockname()[1]
-            return port
-    except OSError:
-        return None
 
 
 class HandoffArea:

@@ -417,16 +417,27 @@ def hand_off(req: dict[str, Any]) -> None:
     names = req.get("port_vars")
     if names:
         env = req["env"]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = str(s.getsockname()[1])
-        except OSError:  # none of the backend's rendezvous variables then (a job's stay)
+        port = free_port()
+        if port is None:  # none of the backend's rendezvous variables then (a job's stay)
             for name in (*names, *req.get("addr_vars", ())):
                 env.pop(name, None)
             return
         for name in names:
-            env[name] = port
+            env[name] = str(port)
+
+
+def free_port(host: str = "127.0.0.1") -> int | None:
+    """A TCP port free on ``host`` now (the kernel's pick of an ephemeral one, as torchrun
+    and SkyPilot choose theirs); None if no socket could be bound. Nothing holds it after:
+    another process could take it first, which the kernel's spread of ephemeral ports
+    makes unlikely."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port: int = s.getsockname()[1]
+            return port
+    except OSError:
+        return None
 
 
 def unpin(before: set[int] | None) -> None:

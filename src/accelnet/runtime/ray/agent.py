@@ -49,7 +49,8 @@ from accelnet.devices.reset import NvidiaSmiReset
 from accelnet.runtime.backend import TaskEvent, TaskEventKind, TaskSpec
 from accelnet.runtime.clock import SystemClock
 from accelnet.runtime.local.backend import LocalBackend, Recycle
-from accelnet.runtime.local.handoff import CHECKPOINT_DIR, free_port
+from accelnet.runtime.local.handoff import CHECKPOINT_DIR
+from accelnet.runtime.local.worker import free_port
 from accelnet.runtime.ray.nodes import NodeReport, build_fabric_of
 from accelnet.runtime.ray.parts import CHECKPOINT_PART
 
