@@ -388,18 +388,23 @@ class Session:
         """What gives a decision that finds no device free the queued jobs that need none
         (only a host's cores and memory), in the keyed policy's order, to walk still: with
         a merged walk their shapes' queues merged, dropping a shape once it failed (the
-        walk's ``failed``); else all of them, sorted. None for a policy without a key (the
-        walk finds them in its own order)."""
+        walk's ``failed``); else all of them, sorted. None where the walk finds them in its
+        own tail: a policy without a key, or a merging session's walk of every job in
+        order (it keeps no list of them; that walk, of nominated jobs, never stops anyway)."""
         if not self._keyed:
             return None
         key = self.scheduler.ordering.key
-        if self._merge and failed is not None:
+        if self._merge:
+            if failed is None:
+                return None
+            shapes_failed = failed
 
             def merged() -> Iterable[JobView]:
                 if not self._cpu_only_numbers:
                     return ()
                 numbers = {n: self._numbers[n] for n in self._cpu_only_numbers}
-                return merge_shapes(numbers, key, failed, self._bound_tenants(failed))
+                bound = self._bound_tenants(shapes_failed)
+                return merge_shapes(numbers, key, shapes_failed, bound)
 
             return merged
         return lambda: sorted(self._hosts_only.values(), key=key) if self._hosts_only else ()
