@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from accelnet.devices.telemetry import DeviceSample
 from accelnet.fabric import DomainLevel
 from accelnet.runtime.control.sqlite_store import SCHEMA_VERSION, SqliteStore
 from accelnet.runtime.control.store import (
+    Event,
     IdempotencyRecord,
     JobRecord,
     MemoryStore,
@@ -63,6 +65,7 @@ def test_lifecycle_is_checked_and_logged(store: Store) -> None:
 def test_sqlite_survives_a_killed_process(tmp_path: Path) -> None:
     db = tmp_path / "crash.db"
     code = f"""
+import gc
 import os
 from accelnet.runtime.control.sqlite_store import SqliteStore
 from accelnet.runtime.control.store import JobRecord
@@ -455,3 +458,29 @@ def test_host_room_and_cpu_only_placements_are_kept(tmp_path: Path) -> None:
     assert again.get("g-1").placement == held
     assert again.get("c-1").placement == alone
     again.close()
+
+
+def test_a_memory_stores_event_log_is_not_walked_by_the_garbage_collector() -> None:
+    # a controller keeps every event of every job it ran (about ten a job): kept as objects
+    # the collector tracks, each full pass walks them all again; read back, they are Events
+    store = MemoryStore()
+    store.add(JobRecord("j-1", SPEC, JobState.PENDING, 1.0))
+    gc.collect()
+    before = len(gc.get_objects())
+    for k in range(2_000):
+        store.log("j-1", 2.0 + k, "job:note", f"note {k}")
+        store.set_device("h/gpu0", DeviceState.READY, 2.0 + k, "probed")
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100  # not one or more per event
+    events = store.events("j-1")
+    assert len(events) == 2_001 and all(isinstance(e, Event) for e in events)
+    assert (events[1].seq, events[1].at, events[1].job, events[1].kind, events[1].detail) == (
+        2,
+        2.0,
+        "j-1",
+        "job:note",
+        "note 0",
+    )
+    assert [e.kind for e in store.events_since(4_000, kinds=["device:ready"])] == ["device:ready"]
+    page, last = store.events_page(0, 3, tenant=SPEC.tenant)
+    assert [e.seq for e in page] == [1, 2, 3] and last == 3

@@ -294,8 +294,11 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._jobs: dict[str, JobRecord] = {}
-        self._events: list[Event] = []
-        self._by_job: dict[str, list[Event]] = {}  # each job's events (events(job) is O(its own))
+        # the events as plain tuples (_Row), made Events when read: a tuple of atomic values
+        # is one the garbage collector stops tracking, and a controller keeps every event of
+        # every job it ran (about ten a job), which its full passes would walk again and again
+        self._events: list[_Row] = []
+        self._by_job: dict[str, list[_Row]] = {}  # each job's events (events(job) is O(its own))
         self._devices: dict[str, DeviceState] = {}
         # (tenant or None, name) -> the id of the last job of that name (None: any tenant's)
         self._named: dict[tuple[str | None, str], str] = {}
@@ -307,8 +310,8 @@ class MemoryStore(Store):
         self._order: list[str] = []
         self._pos: dict[str, int] = {}
         self._tenant_pos: dict[str, list[int]] = {}
-        self._tenant_events: dict[str, list[Event]] = {}
-        self._jobless: list[Event] = []
+        self._tenant_events: dict[str, list[_Row]] = {}
+        self._jobless: list[_Row] = []
 
     def add(self, record: JobRecord, cause: str = "submitted") -> None:
         """See :class:`Store`."""
@@ -326,13 +329,14 @@ class MemoryStore(Store):
         self._tenant_pos.setdefault(record.spec.tenant, []).append(len(self._order))
         self._order.append(record.id)
 
-    def _index_event(self, event: Event) -> None:
-        if event.job is None:
-            self._jobless.append(event)
+    def _index_event(self, row: _Row) -> None:
+        job = row[_JOB]
+        if job is None:
+            self._jobless.append(row)
             return
-        rec = self._jobs.get(event.job)
+        rec = self._jobs.get(job)
         if rec is not None:
-            self._tenant_events.setdefault(rec.spec.tenant, []).append(event)
+            self._tenant_events.setdefault(rec.spec.tenant, []).append(row)
 
     def get(self, job_id: str) -> JobRecord:
         """See :class:`Store`."""
@@ -395,13 +399,13 @@ class MemoryStore(Store):
             else:
                 found = []
                 for kept in (self._tenant_events.get(tenant, []), self._jobless):
-                    k = bisect.bisect_right(kept, since, key=_event_seq)
+                    k = bisect.bisect_right(kept, since, key=_row_seq)
                     found += kept[k : k + max(0, limit)]
-                found.sort(key=_event_seq)
+                found.sort(key=_row_seq)
         if len(found) >= limit:
             found = found[: max(0, limit)]
-            return found, found[-1].seq if found else since
-        return found, max(since, newest)
+            return [Event(*r) for r in found], found[-1][_SEQ] if found else since
+        return [Event(*r) for r in found], max(since, newest)
 
     def _write(self, record: JobRecord, event: tuple[float, str, str] | None) -> None:
         self._jobs[record.id] = record
@@ -409,25 +413,24 @@ class MemoryStore(Store):
             self._append_event(record.id, *event)
 
     def _append_event(self, job_id: str | None, at: float, kind: str, detail: str) -> None:
-        event = Event(len(self._events) + 1, at, job_id, kind, detail)
-        self._events.append(event)
+        row = (len(self._events) + 1, at, job_id, kind, detail)
+        self._events.append(row)
         if job_id is not None:
-            self._by_job.setdefault(job_id, []).append(event)
-        self._index_event(event)
+            self._by_job.setdefault(job_id, []).append(row)
+        self._index_event(row)
 
     def events(self, job_id: str | None = None) -> list[Event]:
         """See :class:`Store`."""
         with self._lock:
-            if job_id is None:
-                return list(self._events)
-            return list(self._by_job.get(job_id, ()))
+            rows = self._events if job_id is None else self._by_job.get(job_id, ())
+            return [Event(*r) for r in rows]
 
     def events_since(self, seq: int, kinds: Iterable[str] | None = None) -> list[Event]:
         """See :class:`Store`."""
         wanted = None if kinds is None else set(kinds)
         with self._lock:
             newer = self._events[max(0, seq) :]  # seq n is at index n - 1
-        return [e for e in newer if wanted is None or e.kind in wanted]
+        return [Event(*r) for r in newer if wanted is None or r[_KIND] in wanted]
 
     def set_device(self, device: str, state: DeviceState, at: float, cause: str) -> None:
         """See :class:`Store`."""
@@ -487,9 +490,9 @@ class MemoryStore(Store):
                 self._jobs, self._named, self._devices, self._idem = saved
                 del self._events[events:]
                 self._by_job = {}
-                for e in self._events:
-                    if e.job is not None:
-                        self._by_job.setdefault(e.job, []).append(e)
+                for row in self._events:
+                    if row[_JOB] is not None:
+                        self._by_job.setdefault(row[_JOB], []).append(row)
                 self._reindex()
                 raise
             finally:
@@ -501,8 +504,8 @@ class MemoryStore(Store):
         self._tenant_events, self._jobless = {}, []
         for rec in self._jobs.values():
             self._index_job(rec)
-        for e in self._events:
-            self._index_event(e)
+        for row in self._events:
+            self._index_event(row)
 
     def idempotency(self, tenant: str, key: str, since: float) -> IdempotencyRecord | None:
         """See :class:`Store`."""
@@ -534,8 +537,15 @@ def _bucket_key(b: HistoryBucket) -> tuple[float, float]:
     return (b.start, b.width_s)
 
 
-def _event_seq(e: Event) -> int:
-    return e.seq
+_Row = tuple[int, float, str | None, str, str]
+"""An :class:`Event` as :class:`MemoryStore` keeps it: (seq, at, job, kind, detail)."""
+_SEQ: Final = 0
+_JOB: Final = 2
+_KIND: Final = 3
+
+
+def _row_seq(row: _Row) -> int:
+    return row[_SEQ]
 
 
 def _matches(
