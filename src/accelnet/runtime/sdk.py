@@ -44,6 +44,7 @@ from accelnet.runtime.control.store import Event, JobRecord, MemoryStore, Store
 from accelnet.runtime.local.backend import LocalBackend, Recycle
 from accelnet.runtime.local.runas import OsUser, TenantUsers
 from accelnet.runtime.sdk_devices import DeviceOps, default_samplers
+from accelnet.runtime.spec_memo import SpecMemo
 from accelnet.sched import JobSpec, JobState, Scheduler
 from accelnet.sched.jobfile import check_runnable, load_jobs
 from accelnet.sched.reasons import Reason
@@ -225,6 +226,7 @@ class LocalCluster(DeviceOps):
         if self.care is not None:
             self.care.listeners += [self.power, self.history]
         self._lock = threading.Lock()
+        self._specs = SpecMemo()  # submit()'s specs, by the fields they were made from
         self._services: dict[tuple[str, str], Any] = {}  # (tenant, name) -> Service
         self._services_lock = threading.Lock()
         self._changed = threading.Condition()
@@ -311,7 +313,7 @@ class LocalCluster(DeviceOps):
         resources = dict(fields.pop("resources", {}))
         resources["accelerators"] = accelerators
         fields["resources"] = resources
-        job_spec = JobSpec.model_validate(fields)
+        job_spec = self._specs.spec(fields)  # validated once per distinct call
         payload = cloudpickle.dumps((fn, args, {}))
         return self._submit(job_spec, payload)
 
