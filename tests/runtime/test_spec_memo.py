@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import gc
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,65 @@ def test_fields_that_are_not_plain_are_validated_afresh() -> None:
     assert memo.spec(_fields(run=Text("true"))) is not first
     assert plain_key({1: "a"}) is None and plain_key({"a": object()}) is None
     assert len(memo) == 0
+
+
+def test_a_cyclic_or_very_deep_value_gets_pydantics_error_not_a_recursion_error() -> None:
+    memo = SpecMemo()
+    loop: dict[str, Any] = {}
+    loop["again"] = loop
+    deep: Any = "x"
+    for _ in range(2_000):
+        deep = [deep]
+    assert plain_key(loop) is None and plain_key(deep) is None
+    for bad in (_fields(workload={"throughput": loop}), _fields(env={"A": deep})):
+        with pytest.raises(ValidationError):
+            memo.spec(bad)
+    assert len(memo) == 0
+
+
+def test_an_entrypoints_arguments_are_never_taken_from_an_earlier_call() -> None:
+    # a spec holds an entrypoint's arguments as the caller's objects: a kept spec could show
+    # what such an object became after its call, not what this call passes
+    memo = SpecMemo()
+    xs = [1]
+    fields = {"name": "e", "entrypoint": {"function": "m:f", "kwargs": {"xs": xs}}}
+    memo.spec(fields)
+    xs.append(2)
+    again = memo.spec({"name": "e", "entrypoint": {"function": "m:f", "kwargs": {"xs": [1]}}})
+    assert again.entrypoint is not None and again.entrypoint.kwargs == {"xs": [1]}
+    assert len(memo) == 0
+
+
+def test_submits_from_many_threads_share_specs_and_never_trip_on_each_other() -> None:
+    # a full memo drops its oldest at every new spec: threads doing that at once must not
+    # drop the same one twice (KeyError) or read it while it changes
+    memo = SpecMemo(size=4)
+    errors: list[BaseException] = []
+    made: dict[int, set[int]] = {p: set() for p in range(16)}
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    go = threading.Barrier(8)
+
+    def submit(start: int) -> None:
+        try:
+            go.wait(10)
+            for k in range(12_000):
+                p = (start + k) % 16
+                made[p].add(id(memo.spec(_fields(priority=p))))
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=submit, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == [] and len(memo) <= 4
+    assert memo.spec(_fields(priority=15)).priority == 15
 
 
 def test_it_keeps_at_most_its_size_dropping_the_oldest() -> None:

@@ -7,13 +7,16 @@ keeps the heap small: a spec is six pydantic models, each with a dict and a set 
 collector tracks, that a controller would otherwise keep for every job it ran.
 
 Only fields made of plain values (str, int, float, bool, None, and lists, tuples and dicts
-of them) are kept, each leaf with its type (``1``, ``1.0`` and ``True`` are different keys,
-as they are different to a strict field) and every float exactly (``-0.0`` is not
-``0.0``). Anything else is validated afresh each time.
+of them, at most :data:`MAX_DEPTH` deep) are kept, each leaf with its type (``1``, ``1.0``
+and ``True`` are different keys, as they are different to a strict field) and every float
+exactly (``-0.0`` is not ``0.0``). Anything else is validated afresh each time, and so are
+fields with an ``entrypoint``, whose arguments a spec holds as the caller's own objects
+(which may change after the call; every other field is copied into the spec).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -21,6 +24,9 @@ from accelnet.sched import JobSpec
 
 MEMO_SPECS = 256
 """How many distinct specs a :class:`SpecMemo` keeps (the oldest made goes first)."""
+
+MAX_DEPTH = 32
+"""How deep a plain value may nest to be kept (deeper: validated afresh, as pydantic does)."""
 
 _LEAVES = (str, int, bool, type(None))
 
@@ -31,6 +37,7 @@ class SpecMemo:
     def __init__(self, size: int = MEMO_SPECS) -> None:
         self._size = size
         self._kept: dict[Hashable, JobSpec] = {}
+        self._lock = threading.Lock()  # submits may come from many threads
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -38,21 +45,30 @@ class SpecMemo:
     def spec(self, fields: Mapping[str, Any]) -> JobSpec:
         """The spec ``fields`` make; pydantic's ValidationError if they make none (never
         kept, so the same bad fields raise again)."""
-        key = plain_key(fields)
+        key = None if "entrypoint" in fields else plain_key(fields)
         if key is None:
             return JobSpec.model_validate(fields)
-        found = self._kept.get(key)
-        if found is None:
-            found = JobSpec.model_validate(fields)
+        with self._lock:
+            found = self._kept.get(key)
+        if found is not None:
+            return found
+        made = JobSpec.model_validate(fields)  # outside the lock: the slow part
+        with self._lock:
+            found = self._kept.get(key)
+            if found is not None:  # another thread made it meanwhile: one spec for both
+                return found
             if len(self._kept) >= self._size:
                 del self._kept[next(iter(self._kept))]
-            self._kept[key] = found
-        return found
+            self._kept[key] = made
+        return made
 
 
-def plain_key(value: Any) -> Hashable | None:
+def plain_key(value: Any, depth: int = 0) -> Hashable | None:
     """A hashable, exact form of ``value`` (a dict, list or tuple of plain values, leaves
-    tagged with their type); None if anything in it is not plain."""
+    tagged with their type); None if anything in it is not plain, or it nests deeper than
+    :data:`MAX_DEPTH` (a value that contains itself included)."""
+    if depth > MAX_DEPTH:
+        return None
     kind = type(value)
     if kind in _LEAVES:
         return (kind.__name__, value)
@@ -63,7 +79,7 @@ def plain_key(value: Any) -> Hashable | None:
         for k, v in value.items():
             if type(k) is not str:
                 return None
-            inner = plain_key(v)
+            inner = plain_key(v, depth + 1)
             if inner is None:
                 return None
             items.append((k, inner))
@@ -71,7 +87,7 @@ def plain_key(value: Any) -> Hashable | None:
     if kind is list or kind is tuple:
         parts = []
         for v in value:
-            inner = plain_key(v)
+            inner = plain_key(v, depth + 1)
             if inner is None:
                 return None
             parts.append(inner)

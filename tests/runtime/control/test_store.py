@@ -65,7 +65,6 @@ def test_lifecycle_is_checked_and_logged(store: Store) -> None:
 def test_sqlite_survives_a_killed_process(tmp_path: Path) -> None:
     db = tmp_path / "crash.db"
     code = f"""
-import gc
 import os
 from accelnet.runtime.control.sqlite_store import SqliteStore
 from accelnet.runtime.control.store import JobRecord
