@@ -72,6 +72,9 @@ class WorkerProcess:
     inbox: bytearray = field(default_factory=bytearray)  # bytes read, not yet a message
     spent: bool = False  # a task that asked for a fresh worker ran: replace before the next
     beat: float = 0.0  # when it was last heard from (the injected clock)
+    # its connection alone, to ask whether it is readable: one system call (a Connection's
+    # own poll(0) builds a selector each time)
+    readable: select.poll = field(default_factory=select.poll)
 
     @property
     def key(self) -> str:
@@ -149,6 +152,7 @@ class WorkerPool:
             ours.close()
             raise
         w = WorkerProcess(device.id, proc, Connection(ours.detach()), log, lane)
+        w.readable.register(w.conn.fileno(), select.POLLIN)
         self.workers[w.key] = w
         self._by_fd[w.conn.fileno()] = w
         self._poller.register(w.conn.fileno(), select.POLLIN)
@@ -161,8 +165,10 @@ class WorkerPool:
         return w
 
     def send(self, w: WorkerProcess, msg: tuple[Any, ...]) -> None:
+        """Send ``msg`` to ``w`` (pickled here: what ``Connection.send`` would do, less the
+        multiprocessing pickler it makes for every message); a failed send is its death."""
         try:
-            w.conn.send(msg)
+            w.conn.send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
         except OSError:
             self.on_death(w)
 
@@ -287,7 +293,7 @@ class WorkerPool:
         framing, which the worker sends with), not a header and a body per message."""
         while not w.dead:
             try:
-                if not readable and not w.conn.poll(0):
+                if not readable and not w.readable.poll(0):
                     return
                 data = os.read(w.conn.fileno(), _READ)
             except OSError:
