@@ -197,6 +197,7 @@ class WorkerPool:
             if self._by_fd.get(fd) is w:
                 del self._by_fd[fd]
                 self._poller.unregister(fd)
+            w.readable.unregister(fd)  # the number may be another socket's next
         w.conn.close()
         if w.task is not None:  # it died with a task: keep what the task wrote
             self._salvage(w, w.task.spec)
