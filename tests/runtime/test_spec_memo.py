@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from accelnet.runtime.sdk import LocalCluster
-from accelnet.runtime.spec_memo import SpecMemo, plain_key
+from accelnet.runtime.spec_memo import SpecMemo, _plain, plain_key
 from accelnet.sched import JobSpec
 
 
@@ -41,6 +42,15 @@ def test_a_value_is_told_from_one_equal_to_it_of_another_type() -> None:
         memo.spec(_fields(priority=1.0))
     assert plain_key(0.0) != plain_key(-0.0)
     assert plain_key([1]) != plain_key((1,))
+
+
+def test_a_spec_not_kept_is_made_of_exactly_the_fields_given() -> None:
+    # the memo validates what it rebuilds from its key: every value and type as given
+    value = {"a": [1, True, None, -0.0, 2.5, ("x", [])], "b": {"c": "d"}}
+    again = _plain(plain_key(value))
+    assert again == value
+    assert type(again["a"][1]) is bool and type(again["a"][5]) is tuple
+    assert math.copysign(1.0, again["a"][3]) == -1.0
 
 
 def test_bad_fields_raise_every_time_and_are_not_kept() -> None:

@@ -12,18 +12,23 @@ and ``True`` are different keys, as they are different to a strict field) and ev
 exactly (``-0.0`` is not ``0.0``). Anything else is validated afresh each time, and so are
 fields with an ``entrypoint``, whose arguments a spec holds as the caller's own objects
 (which may change after the call; every other field is copied into the spec).
+
+The specs are kept as :class:`~accelnet.runtime.control.sqlite_store.SqliteStore` keeps
+those it reads: ``functools.lru_cache`` around the validation, keyed here by that exact
+form, from which the fields are made again when a spec is not kept.
 """
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Hashable, Mapping
 from typing import Any
 
 from accelnet.sched import JobSpec
 
 MEMO_SPECS = 256
-"""How many distinct specs a :class:`SpecMemo` keeps (the oldest made goes first)."""
+"""How many distinct specs a :class:`SpecMemo` keeps (the least recently asked for goes
+first)."""
 
 MAX_DEPTH = 32
 """How deep a plain value may nest to be kept (deeper: validated afresh, as pydantic does)."""
@@ -35,32 +40,20 @@ class SpecMemo:
     """``JobSpec.model_validate(fields)``, validated once per distinct ``fields``."""
 
     def __init__(self, size: int = MEMO_SPECS) -> None:
-        self._size = size
-        self._kept: dict[Hashable, JobSpec] = {}
-        self._lock = threading.Lock()  # submits may come from many threads
+        # thread-safe; an error is never kept, so the same bad fields raise again
+        self._validate = functools.lru_cache(maxsize=size)(_validate)
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return self._validate.cache_info().currsize
 
     def spec(self, fields: Mapping[str, Any]) -> JobSpec:
-        """The spec ``fields`` make; pydantic's ValidationError if they make none (never
-        kept, so the same bad fields raise again)."""
+        """The spec ``fields`` make; pydantic's ValidationError if they make none."""
         key = None if "entrypoint" in fields else plain_key(fields)
-        if key is None:
-            return JobSpec.model_validate(fields)
-        with self._lock:
-            found = self._kept.get(key)
-        if found is not None:
-            return found
-        made = JobSpec.model_validate(fields)  # outside the lock: the slow part
-        with self._lock:
-            found = self._kept.get(key)
-            if found is not None:  # another thread made it meanwhile: one spec for both
-                return found
-            if len(self._kept) >= self._size:
-                del self._kept[next(iter(self._kept))]
-            self._kept[key] = made
-        return made
+        return JobSpec.model_validate(fields) if key is None else self._validate(key)
+
+
+def _validate(key: Hashable) -> JobSpec:
+    return JobSpec.model_validate(_plain(key))
 
 
 def plain_key(value: Any, depth: int = 0) -> Hashable | None:
@@ -93,3 +86,17 @@ def plain_key(value: Any, depth: int = 0) -> Hashable | None:
             parts.append(inner)
         return (kind.__name__, tuple(parts))
     return None
+
+
+def _plain(key: Any) -> Any:
+    """The value :func:`plain_key` made ``key`` of."""
+    kind, inner = key
+    if kind == "dict":
+        return {k: _plain(v) for k, v in inner}
+    if kind == "list":
+        return [_plain(v) for v in inner]
+    if kind == "tuple":
+        return tuple(_plain(v) for v in inner)
+    if kind == "float":
+        return float.fromhex(inner)
+    return inner

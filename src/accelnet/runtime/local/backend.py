@@ -194,26 +194,14 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         device = self._device(task.device)
         lane, w = self._free_lane(device, 0 if task.devices else 1)  # CPU-only: a spare
         scratch = self._pool.scratch(device, lane)
-        try:  # first: the task counts in its attempt's hand-off however its launch ends
-            req = self._request(task, device, scratch)  # OSError: no shared-memory base
-        except OSError as e:
-            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
-            return
+        try:
+            ready = self._ready(task, device, lane, scratch, w)
         except Exception:  # a bug, raised to the caller: the hand-off forgets the task
             self._handoff.task_ended(task.task_id)
             raise
-        w, failed = self._clean_lane(task, device.id, lane, scratch, w)
-        if failed is not None:  # still to be cleaned before the lane's next task
-            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
+        if ready is None:  # it could not start (FAILED is emitted)
             return
-        try:
-            w = self._prepare(task, device, lane, scratch, w, req)
-        except (OSError, RunAsError) as e:
-            self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {e}")
-            return
-        except Exception:  # as above
-            self._handoff.task_ended(task.task_id)
-            raise
+        w, req = ready
         if w.dead:  # it died as it started (killed, or it crashed): the task never ran
             code = w.proc.returncode
             how = "vanished" if code is None else _worker.describe_exit(code)
@@ -223,6 +211,22 @@ class LocalBackend(Backend, SupportsRefresh, SupportsLiveLogs, SupportsHandoff, 
         if task.payload is not None and w.sys_path != sys.path:
             w.sys_path = req["sys_path"] = list(sys.path)  # sent when it changed
         self._send_run(w, task, req)
+
+    def _ready(
+        self, task: TaskSpec, device: Device, lane: int, scratch: Path, w: WorkerProcess | None
+    ) -> tuple[WorkerProcess, dict[str, Any]] | None:
+        """``task``'s request made (first: the task then counts in its attempt's hand-off
+        however its launch ends), its lane cleaned and its worker prepared; the worker and
+        the request, or None with the task FAILED where one of those could not be done."""
+        try:
+            req = self._request(task, device, scratch)  # OSError: no shared-memory base
+            w, failed = self._clean_lane(task, device.id, lane, scratch, w)
+            if failed is None:  # else still to be cleaned before the lane's next task
+                return self._prepare(task, device, lane, scratch, w, req), req
+        except (OSError, RunAsError) as e:
+            failed = str(e)
+        self._emit(task.task_id, TaskEventKind.FAILED, error=f"could not start: {failed}")
+        return None
 
     def _clean_lane(
         self, task: TaskSpec, device: str, lane: int, scratch: Path, w: WorkerProcess | None
